@@ -1,0 +1,3 @@
+from shipper.commands.main import main
+
+raise SystemExit(main())
