@@ -1,0 +1,53 @@
+"""`shipper check`: validate the config, list the files the globs match now, try each output host."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from shipper.config import load_config
+from shipper.ship.backoff import Backoff
+from shipper.ship.client import BulkClient
+from shipper.tail import discovery
+
+
+def check(config_path: str) -> int:
+    cfg = load_config(config_path)
+    ok = True
+    print(f"config: {config_path}: valid")
+    found = discovery.scan(cfg.inputs)
+    for idx, inp in enumerate(cfg.inputs):
+        paths = sorted(p for p, i in found.items() if i == idx)
+        print(f"input {idx}: {', '.join(inp.paths)} ({inp.format}): {len(paths)} file(s)")
+        for p in paths[:50]:
+            try:
+                size = os.path.getsize(p)
+                readable = os.access(p, os.R_OK)
+            except OSError:
+                size, readable = 0, False
+            print(f"  {p} ({size} bytes){'' if readable else '  NOT READABLE'}")
+            ok = ok and readable
+        if len(paths) > 50:
+            print(f"  ... and {len(paths) - 50} more")
+    if not cfg.inputs:
+        print("inputs: none configured")
+    sd = cfg.state_dir
+    probe = sd if os.path.isdir(sd) else os.path.dirname(sd.rstrip("/")) or "/"
+    if not os.access(probe, os.W_OK):
+        print(f"state_dir: {sd}: NOT WRITABLE")
+        ok = False
+    else:
+        print(f"state_dir: {sd}: writable")
+
+    async def probe_output() -> list[tuple[str, bool, str]]:
+        client = BulkClient(cfg.output, Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s))
+        try:
+            return await client.probe()
+        finally:
+            await client.close()
+
+    for host, up, detail in asyncio.run(probe_output()):
+        print(f"output: {host}: {'ok' if up else 'FAILED'} ({detail})")
+        ok = ok and up
+    print("all well" if ok else "problems found")
+    return 0 if ok else 1

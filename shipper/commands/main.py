@@ -1,0 +1,94 @@
+"""`shipper` command line: argv -> calls; exceptions -> exit codes (0 ok, 1 runtime failure, 2 usage/config).
+
+Dispatches run, check, status, dlq, pipe and demo. Logic lives in the modules these call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Sequence
+
+from shipper.config import DEFAULT_CONFIG_PATH, Config, load_config
+from shipper.errors import ConfigError, ShipperError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"shipper: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="shipper", description="Ship log files to Elasticsearch: no line lost, none indexed twice.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def with_config(sp: argparse.ArgumentParser, default: str | None = DEFAULT_CONFIG_PATH) -> None:
+        sp.add_argument("-c", "--config", default=default, help=f"config file (default {default})")
+
+    r = sub.add_parser("run", help="run the daemon in the foreground")
+    with_config(r)
+    c = sub.add_parser("check", help="validate config, list matched files, try the output")
+    with_config(c)
+    s = sub.add_parser("status", help="per-file progress, queue, dead letters, output state")
+    with_config(s)
+    s.add_argument("--json", action="store_true", help="one JSON object")
+    d = sub.add_parser("dlq", help="dead-letter queue: list, replay or purge")
+    d.add_argument("action", choices=("list", "replay", "purge"))
+    with_config(d)
+    pp = sub.add_parser("pipe", help="ship stdin (node app.js | shipper pipe --url URL --index NAME)")
+    with_config(pp, default=None)
+    pp.add_argument("--url", help="Elasticsearch URL (required without -c)")
+    pp.add_argument("--index", help="index name or pattern (required without -c)")
+    pp.add_argument("--state-dir", help="queue directory (default $XDG_STATE_HOME/shipper/pipe)")
+    pp.add_argument("--format", default=None, choices=("auto", "json", "text"), help="line format (default auto)")
+    pp.add_argument("--timeout", default="30s", help="how long to keep retrying after stdin closes (default 30s)")
+    dm = sub.add_parser("demo", help="the whole pipeline on an embedded OpenSearch-compatible server")
+    dm.add_argument("--lines", type=int, default=3000, help="sample lines to write (default 3000)")
+    return p
+
+
+def load(path: str) -> Config:
+    return load_config(path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            cfg = load(args.config)
+            from shipper.logs import setup_logging
+            from shipper.service import serve
+            setup_logging(cfg.log_level)
+            return asyncio.run(serve(cfg, args.config))
+        if args.command == "check":
+            from shipper.commands.check import check
+            return check(args.config)
+        if args.command == "status":
+            from shipper.commands.status import status
+            return status(args.config, as_json=args.json)
+        if args.command == "dlq":
+            from shipper.commands.dlq import dlq
+            return dlq(args.config, args.action)
+        if args.command == "pipe":
+            from shipper.commands.pipe import pipe
+            return pipe(args)
+        if args.command == "demo":
+            from shipper.commands.demo import demo
+            return demo(lines=args.lines)
+    except ConfigError as e:
+        print(f"shipper: {e}", file=sys.stderr)
+        return 2
+    except ShipperError as e:
+        print(f"shipper: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
