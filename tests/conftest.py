@@ -1,0 +1,96 @@
+"""Fixtures shared by component and e2e tests: osmem-backed `es`, `fault_proxy`, `daemon_factory`.
+
+`osmem_server` (session) and `osmem_clone` (per test) come from the osmem-server pytest plugin;
+the helpers themselves live in tests/support/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import pytest
+from osmem_server import OsmemServer
+
+from tests.support.daemon import Daemon
+from tests.support.es import ES
+from tests.support.proxy import FaultProxy
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    # Remember each phase's report so fixtures can show diagnostics only when a test failed.
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    return any(getattr(getattr(request.node, f"rep_{w}", None), "failed", False) for w in ("setup", "call"))
+
+
+@pytest.fixture(scope="session")
+def osmem_server(request: pytest.FixtureRequest) -> Iterator[OsmemServer]:
+    """The plugin's session server, plus closing its stdout pipe: the plugin leaves it open,
+    which is a ResourceWarning, and filterwarnings=error turns that into a teardown error."""
+    cfg = request.config
+    server = OsmemServer.start(
+        seed=[str(p) for p in cfg.getini("osmem_seed")],
+        freeze=cfg.getini("osmem_freeze"),
+        japanese=cfg.getini("osmem_japanese"),
+    )
+    try:
+        yield server
+    finally:
+        server.close()
+        for pipe in (server.process.stdout, server.process.stdin):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+def es(osmem_clone: Any) -> ES:
+    """A sync client on a fresh osmem clone (the same clone as `fault_proxy`'s upstream)."""
+    return ES(osmem_clone.url)
+
+
+@pytest.fixture
+def fault_proxy(osmem_clone: Any) -> Iterator[FaultProxy]:
+    """A started FaultProxy in front of this test's osmem clone; stopped afterwards."""
+    with FaultProxy(osmem_clone.url) as proxy:
+        yield proxy
+
+
+DaemonFactory = Callable[..., Daemon]
+
+
+@pytest.fixture
+def daemon_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DaemonFactory]:
+    """`daemon_factory(config_path, cwd=None, env=None, start=True)` -> a started Daemon.
+
+    At teardown every daemon still running is killed with SIGKILL (no process outlives its
+    test), and when the test failed the tail of each daemon's output is printed.
+    """
+    daemons: list[Daemon] = []
+
+    def make(
+        config_path: str | os.PathLike[str],
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        *,
+        start: bool = True,
+        **kwargs: Any,
+    ) -> Daemon:
+        d = Daemon(config_path, cwd=cwd, env=env, **kwargs)
+        daemons.append(d)
+        if start:
+            d.start()
+        return d
+
+    yield make
+    for d in daemons:
+        d.kill9()
+    if _failed(request):
+        for i, d in enumerate(daemons):
+            print(f"\n=== daemon {i} ({d.config_path}), exit code {d.returncode} ===\n{d.tail(200)}")
