@@ -1,0 +1,130 @@
+"""Pure multiline aggregation: lines of one file in, events (Line tuples) out.
+
+Lines come from `tail/lines.py` in file order; completed events go to `document.py`. An event's
+offset is its first line's, so the caller must never checkpoint past `pending_start`.
+Time is passed in (`now`, epoch or monotonic seconds, consistently); nothing here reads a clock.
+
+Rules: a line matching `start` begins an event; any other line joins the pending one (or begins
+one when nothing is pending). Blank lines inside an event are kept, trailing ones are trimmed
+from its text (their bytes still count in its end offset), and a blank line with nothing pending
+is no event. Nothing is ever dropped: an event that reaches `max_lines` (or `max_bytes`) is
+emitted with FLAG_MULTILINE_CAPPED, and the lines after it form the next event, flagged too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from shipper.model import FLAG_MULTILINE_CAPPED, Line
+
+__all__ = ["MultilineAggregator"]
+
+_BLANK = b" \t\r"
+
+
+class MultilineAggregator:
+    """Groups lines into events by a start regex; see the module docstring.
+
+    `start` is searched anywhere in a line (anchor it with `^`), in the line's text decoded as
+    UTF-8 with replacement. For ASCII lines and a pattern that compiles as bytes a bytes copy
+    of the regex is used (same answer, faster), except that there `\\s` does not match the
+    rarely seen separator controls \\x1c-\\x1f.
+    """
+
+    def __init__(self, start: str, max_lines: int = 500, timeout_s: float = 1.0,
+                 max_bytes: int = 10 * 1024 * 1024) -> None:
+        if max_lines < 1:
+            raise ValueError("max_lines must be at least 1")
+        self._start = re.compile(start)
+        self._start_bytes: re.Pattern[bytes] | None = None
+        if start.isascii():
+            try:
+                self._start_bytes = re.compile(start.encode("ascii"))
+            except re.error:
+                self._start_bytes = None
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self._parts: list[bytes] = []
+        self._first = 0              # start offset of the pending event's first line
+        self._last_end = 0           # end offset of its last line
+        self._flags = 0
+        self._bytes = 0
+        self._last_time = 0.0        # when its last line was fed
+
+    @property
+    def pending_start(self) -> int | None:
+        """Offset of the first line of the held event; None when nothing is held."""
+        return self._first if self._parts else None
+
+    @property
+    def next_deadline(self) -> float | None:
+        """When `flush_due` will complete the held event (same time base as `now`)."""
+        return self._last_time + self.timeout_s if self._parts else None
+
+    def feed(self, line: Line, now: float) -> list[Line]:
+        """Take the next line of the file; return the events it completes (oldest first)."""
+        start, end, data, flags = line
+        out: list[Line] = []
+        if self._parts and now - self._last_time >= self.timeout_s:
+            out.append(self._complete(0))  # as if flush_due had run on time
+        parts = self._parts
+        if not parts:
+            if not data.strip(_BLANK):
+                return out
+            self._begin(start, end, data, flags, now, 0)
+            return out
+        if self._is_start(data):
+            out.append(self._complete(0))
+            self._begin(start, end, data, flags, now, 0)
+            return out
+        if len(parts) >= self.max_lines or self._bytes + 1 + len(data) > self.max_bytes:
+            out.append(self._complete(FLAG_MULTILINE_CAPPED))
+            self._begin(start, end, data, flags, now, FLAG_MULTILINE_CAPPED)
+            return out
+        parts.append(data)
+        self._bytes += 1 + len(data)
+        self._last_end = end
+        self._flags |= flags
+        self._last_time = now
+        return out
+
+    def flush_due(self, now: float) -> list[Line]:
+        """Complete the held event if its last line is at least `timeout_s` old."""
+        if self._parts and now - self._last_time >= self.timeout_s:
+            return [self._complete(0)]
+        return []
+
+    def flush(self) -> list[Line]:
+        """Complete whatever is held (end of file for good, shutdown)."""
+        if self._parts:
+            return [self._complete(0)]
+        return []
+
+    # ------------------------------------------------------------ internals
+
+    def _is_start(self, data: bytes) -> bool:
+        if not data.strip(_BLANK):
+            return False  # a blank line never begins an event
+        if self._start_bytes is not None and data.isascii():
+            return self._start_bytes.search(data) is not None
+        return self._start.search(data.decode("utf-8", "replace")) is not None
+
+    def _begin(self, start: int, end: int, data: bytes, flags: int, now: float,
+               extra_flags: int) -> None:
+        self._parts = [data]
+        self._first = start
+        self._last_end = end
+        self._flags = flags | extra_flags
+        self._bytes = len(data)
+        self._last_time = now
+
+    def _complete(self, extra_flags: int) -> Line:
+        parts = self._parts
+        n = len(parts)
+        while n > 1 and not parts[n - 1].strip(_BLANK):
+            n -= 1
+        data = parts[0] if n == 1 else b"\n".join(parts[:n])
+        event = (self._first, self._last_end, data, self._flags | extra_flags)
+        self._parts = []
+        return event
