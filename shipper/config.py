@@ -421,18 +421,40 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
     return cfg
 
 
+def _expand_values(data: Any, path: str, lines: _Lines, env: Mapping[str, str] | None) -> Any:
+    """Expand `${VAR}` in every string value (never in comments). A value that is exactly one
+    `${VAR}` takes the YAML type of what it expands to, so `bulk_max_events: ${N}` is a number."""
+    if isinstance(data, dict):
+        return {k: _expand_values(v, f"{path}.{k}" if path else str(k), lines, env) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_expand_values(v, f"{path}[{i}]", lines, env) for i, v in enumerate(data)]
+    if isinstance(data, str) and "${" in data:
+        try:
+            out = expand_env(data, env)
+        except ConfigError as e:
+            raise lines.error(path, f"{e.key}: {e.message}") from None
+        if _ENV_RE.fullmatch(data.strip()):
+            try:
+                typed = yaml.safe_load(out)
+            except yaml.YAMLError:
+                return out
+            return typed if isinstance(typed, (int, float, bool)) or typed is None else out
+        return out
+    return data
+
+
 def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Parse and validate config text. Raises ConfigError naming the key."""
-    expanded = expand_env(text, env)
     lines = _Lines(file)
     try:
-        node = yaml.compose(expanded, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(expanded)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ConfigError("(syntax)", f"invalid YAML: {getattr(e, 'problem', e)}", file,
                           mark.line + 1 if mark else None) from None
     lines.walk(node, "")
+    data = _expand_values(data, "", lines, env)
     s = _Section(data, "", lines)
     inputs_raw = s.raw("inputs")
     if inputs_raw is None:

@@ -1,0 +1,166 @@
+"""`shipper demo`: the whole pipeline on this machine, against an embedded OpenSearch-compatible server.
+
+Writes sample pino logs into a temp dir, rotates them once (rename, like logrotate's `create`),
+runs the real daemon on them, and prints what was written, what arrived, duplicates and a hit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+MSGS = ("request completed", "user logged in", "cache miss", "payment accepted", "slow query",
+        "connection reset by peer", "job finished", "retrying upstream call")
+
+
+def _pino(seq: int, rng: random.Random) -> str:
+    level = rng.choice((30, 30, 30, 30, 40, 50))
+    doc: dict[str, Any] = {"level": level, "time": int(time.time() * 1000), "pid": 4242,
+                           "hostname": socket.gethostname(), "reqId": f"req-{rng.randrange(1 << 32):08x}",
+                           "msg": rng.choice(MSGS), "seq": seq}
+    if rng.random() < 0.5:
+        doc["req"] = {"method": rng.choice(("GET", "POST")), "url": f"/api/items/{rng.randrange(1000)}"}
+        doc["res"] = {"statusCode": rng.choice((200, 200, 201, 404, 500))}
+        doc["responseTime"] = round(rng.random() * 120, 2)
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _post(url: str) -> Any:
+    req = urllib.request.Request(url, data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _all_seqs(es: str) -> list[int]:
+    seqs: list[int] = []
+    after: list[Any] | None = None
+    while True:
+        body: dict[str, Any] = {"size": 1000, "sort": [{"log.offset": "asc"}, {"_id": "asc"}], "_source": ["seq"]}
+        if after is not None:
+            body["search_after"] = after
+        req = urllib.request.Request(es + "/demo-*/_search", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            hits = json.loads(r.read())["hits"]["hits"]
+        if not hits:
+            return seqs
+        seqs.extend(h["_source"].get("seq", -1) for h in hits)
+        after = hits[-1]["sort"]
+
+
+def demo(lines: int = 3000) -> int:
+    try:
+        from osmem_server import OsmemServer
+    except ImportError:
+        print("shipper demo needs the embedded server: pip install 'shipper[demo]'", file=sys.stderr)
+        return 1
+    rng = random.Random(7)
+    work = tempfile.mkdtemp(prefix="shipper-demo-")
+    logs = os.path.join(work, "logs")
+    os.makedirs(logs)
+    print(f"shipper demo: working in {work}")
+    server = OsmemServer.start(japanese=False)
+    proc = None
+    try:
+        es = server.url
+        print(f"embedded OpenSearch-compatible server: {es} ({server.version})")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cfg = os.path.join(work, "shipper.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"""state_dir: {work}/state
+log_level: info
+inputs:
+  - paths: ['{logs}/*.log']
+    fields: {{service: demo-api}}
+output:
+  elasticsearch:
+    hosts: ['{es}']
+    index: 'demo-%Y.%m.%d'
+    flush_interval: 200ms
+metrics:
+  listen: 127.0.0.1:{port}
+""")
+        app = os.path.join(logs, "app.log")
+        half = lines // 2
+        with open(app, "w") as f:
+            for i in range(half):
+                f.write(_pino(i, rng) + "\n")
+        print(f"wrote {half} pino lines to {app}; starting `shipper run -c {cfg}`")
+        err = open(os.path.join(work, "shipper.log"), "w")
+        proc = subprocess.Popen([sys.executable, "-m", "shipper", "run", "-c", cfg], stderr=err)
+        # rotate like logrotate's `create` mode while the daemon runs, then keep writing
+        ready_by = time.monotonic() + 30
+        while time.monotonic() < ready_by and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        if proc.poll() is not None:
+            print(f"shipper exited early with code {proc.returncode}; see {err.name}", file=sys.stderr)
+            return 1
+        os.rename(app, app + ".1")
+        with open(app, "w") as f:
+            for i in range(half, lines):
+                f.write(_pino(i, rng) + "\n")
+        print(f"rotated {app} -> app.log.1 and wrote {lines - half} more lines to a new app.log")
+        deadline = time.monotonic() + 120
+        count = 0
+        t0 = time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                _post(es + "/_refresh")
+                count = _get(es + "/demo-*/_count")["count"]
+            except Exception:
+                count = 0
+            if count >= lines or proc.poll() is not None:
+                break
+            time.sleep(0.25)
+        took = time.monotonic() - t0
+        seqs = _all_seqs(es)
+        distinct = set(seqs)
+        missing = set(range(lines)) - distinct
+        dups = len(seqs) - len(distinct)
+        print()
+        print(f"  lines written:     {lines}")
+        print(f"  documents arrived: {len(seqs)}  (in {took:.1f}s)")
+        print(f"  missing lines:     {len(missing)}")
+        print(f"  duplicates:        {dups}")
+        hit = None
+        req = urllib.request.Request(es + "/demo-*/_search", method="POST", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"size": 1, "query": {"match": {"message": "payment"}}}).encode())
+        with urllib.request.urlopen(req, timeout=10) as r:
+            hits = json.loads(r.read())["hits"]["hits"]
+            hit = hits[0] if hits else None
+        if hit:
+            print("\nsample search hit (message:payment):")
+            print(json.dumps({"_index": hit["_index"], "_id": hit["_id"], "_source": hit["_source"]}, indent=2))
+        ok = not missing and dups == 0 and len(seqs) == lines
+        print("\nall lines arrived exactly once" if ok else "\nSOMETHING WENT WRONG: see " + err.name)
+        return 0 if ok else 1
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        server.close()
+        if os.environ.get("SHIPPER_DEMO_KEEP") != "1":
+            shutil.rmtree(work, ignore_errors=True)
