@@ -1,0 +1,214 @@
+"""Latency harness: write-to-acknowledged time at a steady rate (default 10,000 lines/s for 20 s).
+
+A writer appends pino lines to a file in small batches; each line carries `"wt": time.time_ns()`
+taken just before its write(2). The system under test (`shipper run`, or the naive tailer as a
+baseline) ships the file to sink.py in its own process, which records arrival - wt per doc when
+a bulk body has been read in full. Writer and sink read the same host clock.
+
+    python bench/latency.py [--rate 10000] [--duration 20] [--interval-ms 5] [--systems naive,shipper]
+                            [--gzip on|off] [--in-flight K] [--bulk-max-events N] [--flush-interval 1s]
+                            [--sink-latency-ms MS] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+from gen import DEFAULT_SEED, PinoGenerator  # noqa: E402
+from run import (  # noqa: E402
+    OUT_DIR, REPO_DIR, TreeSampler, _has_exited, _tail, machine_info, shipper_config, stop_system,
+)
+from sink import SinkProcess  # noqa: E402
+
+TARGET_P99_MS = 50.0
+
+
+def write_steadily(path: str, gen: PinoGenerator, rate: float, duration_s: float,
+                   interval_s: float) -> dict[str, Any]:
+    """Append `rate` lines/s to `path` for `duration_s`, one write(2) every `interval_s`.
+
+    Returns lines written, the achieved rate and the worst lateness of a tick (the writer's own
+    lag on a busy machine: a late tick writes the lines it owes, so the rate holds on average).
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    written = 0
+    max_late_s = 0.0
+    t0 = time.monotonic()
+    tick = t0
+    try:
+        while True:
+            now = time.monotonic()
+            elapsed = now - t0
+            max_late_s = max(max_late_s, now - tick)
+            due = int(rate * min(elapsed, duration_s)) - written
+            if due > 0:
+                lines = gen.batch(due, time_ms=time.time_ns() // 1_000_000)
+                wt = time.time_ns()
+                head = '{"wt":%d,' % wt
+                data = "".join([head + line[1:] + "\n" for line in lines]).encode()
+                os.write(fd, data)
+                written += due
+            if elapsed >= duration_s:
+                break
+            tick += interval_s
+            delay = tick - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    finally:
+        os.close(fd)
+    actual_s = time.monotonic() - t0
+    return {"written": written, "seconds": actual_s, "rate": written / actual_s,
+            "max_tick_late_ms": max_late_s * 1000}
+
+
+def command(system: str, tmp: str, log_path: str, url: str, args: argparse.Namespace) -> list[str]:
+    py = args.python
+    if system == "naive":
+        return [py, os.path.join(BENCH_DIR, "naive.py"), log_path, url, "--follow"]
+    if system == "shipper":
+        cfg = shipper_config(tmp, log_path, url, gzip=args.gzip == "on",
+                             bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
+                             log_level=args.log_level, flush_interval=args.flush_interval)
+        return [py, "-m", "shipper", "run", "-c", cfg]
+    raise SystemExit(f"unknown system {system!r} (known: naive, shipper)")
+
+
+def measure(system: str, sink: SinkProcess, args: argparse.Namespace) -> dict[str, Any]:
+    tmp = tempfile.mkdtemp(prefix=f"latency-{system}-", dir=args.tmp_dir)
+    log_path = os.path.join(tmp, "app.log")
+    open(log_path, "wb").close()
+    gen = PinoGenerator(args.seed, args.line_bytes)
+    err_path = os.path.join(tmp, "stderr.log")
+    sink.reset()
+    with open(os.path.join(tmp, "stdout.log"), "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(command(system, tmp, log_path, sink.url, args), stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, cwd=REPO_DIR, start_new_session=True)
+    result: dict[str, Any] = {"system": system, "ok": False}
+    try:
+        # warm-up: one line must make it through before the clock starts
+        with open(log_path, "ab") as f:
+            f.write((gen.batch(1, time_ms=time.time_ns() // 1_000_000)[0] + "\n").encode())
+        deadline = time.monotonic() + args.warmup_timeout
+        while True:
+            stats = sink.wait_docs(1, 0.25)
+            if stats["docs"] >= 1:
+                break
+            if _has_exited(proc.pid) or time.monotonic() > deadline:
+                result["error"] = "the warm-up line never arrived"
+                return result
+        sink.reset()
+        sampler = TreeSampler(proc.pid)
+        cpu0 = sampler.sample().cpu_s
+        w = write_steadily(log_path, gen, args.rate, args.duration, args.interval_ms / 1000)
+        cpu1 = sampler.sample().cpu_s
+        result.update(w)
+        result["cpu_percent"] = 100 * (cpu1 - cpu0) / w["seconds"]
+        stats = sink.wait_docs(w["written"], args.drain_timeout)
+        result["received"] = stats["docs"]
+        result["requests"] = stats["requests"]
+        result["latency_ms"] = stats.get("latency_ms", {})
+        result["ok"] = stats["docs"] >= w["written"]
+        if not result["ok"]:
+            result["error"] = f"{stats['docs']} of {w['written']} docs arrived within {args.drain_timeout:.0f}s"
+        return result
+    finally:
+        reaped, killed = stop_system(proc.pid, proc.pid, args.stop_timeout)
+        proc.returncode = reaped[0] if reaped else -9  # reaped by wait4: Popen must not wait again
+        result["exit_code"] = proc.returncode
+        result["killed"] = killed
+        if not result["ok"]:
+            print(f"!! {system}: {result.get('error')}", flush=True)
+            tail = _tail(err_path)
+            if tail:
+                print(f"!! stderr tail ({err_path}):\n{tail}", flush=True)
+        if args.keep or not result["ok"]:
+            result["tmp"] = tmp
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    head = ["system", "written", "received", "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms",
+            "max ms", "CPU %", "requests", f"p99 < {TARGET_P99_MS:g} ms"]
+    table = [head]
+    for r in results:
+        lat = r.get("latency_ms") or {}
+        if "written" not in r:
+            table.append([r["system"], "failed"] + [""] * (len(head) - 2))
+            continue
+        table.append([
+            r["system"], f"{r['written']:,}", f"{r.get('received', 0):,}", f"{r['rate']:,.0f}",
+            *(f"{lat[k]:.1f}" if k in lat else "" for k in ("p50", "p90", "p99", "p999", "max")),
+            f"{r['cpu_percent']:.1f}", f"{r.get('requests', 0):,}",
+            ("yes" if lat.get("p99", 1e9) < TARGET_P99_MS else "NO") if r["ok"] else "incomplete",
+        ])
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for i, row in enumerate(table):
+        print("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w)
+                                for j, (c, w) in enumerate(zip(row, widths))) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="write-to-ack latency at a steady line rate")
+    ap.add_argument("--rate", type=float, default=10_000, help="lines per second (default 10,000)")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds of writing (default 20)")
+    ap.add_argument("--interval-ms", type=float, default=5.0, help="one write every this long (default 5)")
+    ap.add_argument("--systems", default="naive,shipper", help="comma-separated (default naive,shipper)")
+    ap.add_argument("--line-bytes", type=int, default=350)
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    ap.add_argument("--gzip", choices=("on", "off"), default="on", help="shipper: compression gzip|none")
+    ap.add_argument("--in-flight", type=int, default=None, help="shipper: max_in_flight")
+    ap.add_argument("--bulk-max-events", type=int, default=None, help="shipper: bulk_max_events")
+    ap.add_argument("--flush-interval", default=None, help="shipper: flush_interval, e.g. 250ms")
+    ap.add_argument("--log-level", default="info", help="shipper: log_level")
+    ap.add_argument("--sink-latency-ms", type=float, default=0.0, help="sink: delay before each answer")
+    ap.add_argument("--warmup-timeout", type=float, default=30.0)
+    ap.add_argument("--drain-timeout", type=float, default=30.0)
+    ap.add_argument("--stop-timeout", type=float, default=20.0)
+    ap.add_argument("--keep", action="store_true", help="keep temp dirs (config, state, logs)")
+    ap.add_argument("--tmp-dir", default=None)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-latency.json"))
+    args = ap.parse_args(argv)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    info = machine_info()
+    print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}")
+    print(f"# rate={args.rate:,.0f}/s duration={args.duration:g}s interval={args.interval_ms:g}ms "
+          f"line_bytes={args.line_bytes} gzip={args.gzip} sink_latency_ms={args.sink_latency_ms:g}",
+          flush=True)
+    sink = SinkProcess(latency_ms=args.sink_latency_ms, record_latency=True, python=args.python)
+    results = []
+    try:
+        for system in systems:
+            r = measure(system, sink, args)
+            results.append(r)
+            lat = r.get("latency_ms") or {}
+            if "written" in r:
+                print(f"  {system}: wrote {r['written']:,} at {r['rate']:,.0f}/s (worst tick "
+                      f"{r['max_tick_late_ms']:.1f} ms late), received {r.get('received', 0):,}, "
+                      f"p99 {lat.get('p99', float('nan')):.1f} ms", flush=True)
+    finally:
+        sink.stop()
+    print()
+    print_table(results)
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump({"machine": info, "args": vars(args), "results": results}, f, indent=1)
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
