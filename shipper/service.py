@@ -230,14 +230,20 @@ class Service:
             return
         register_config_secrets(new)
         log.info("reloading config", extra={"inputs": len(new.inputs)})
+        sdnotify.reloading()
         # Everything read is committed with its offsets before the swap; unacked records stay in the
         # spool and the new pipeline re-sends them (same _ids: a 409 at worst, never a duplicate).
         await self._stop_pipeline(0.0)
+        logging.getLogger().setLevel(getattr(logging, new.log_level.upper(), logging.INFO))
+        if new.metrics.listen != self.cfg.metrics.listen:
+            log.warning("metrics.listen changes take effect at the next restart",
+                        extra={"running": self.cfg.metrics.listen, "configured": new.metrics.listen})
         self.cfg = new
         assert self.spool is not None
         self.pipeline = Pipeline(new, self.spool, self.events, self.clock)
         self._start_pipeline_tasks()
         self.events.info("config reloaded", inputs=len(new.inputs))
+        sdnotify.ready()
 
     # ---------------------------------------------------------------- telemetry
 
