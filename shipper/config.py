@@ -100,6 +100,7 @@ class RetryConfig:
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
     listen: str | None = "127.0.0.1:9607"
+    health_down_after_s: float = 60.0     # /health answers 503 once the output has been down this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +350,18 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     mask = {k: ("" if v is None else str(v)) for k, v in s.mapping("mask").items()}
     for r in mask:
         _regex(r, f"{s.key('mask')}.{r}", lines)
+    if fmt == "regex" and pattern:
+        from shipper.parse.regex import RegexParser
+        try:
+            RegexParser(pattern, "UTC")
+        except ValueError as e:
+            raise lines.error(s.key("pattern"), str(e)) from None
+    if mask or rename or s.data.get("drop_fields"):
+        from shipper.parse.filters import DocTransform
+        try:
+            DocTransform(s.strings("drop_fields"), rename, mask)
+        except ValueError as e:
+            raise lines.error(s.key("mask"), str(e)) from None
     cfg = InputConfig(
         paths=paths,
         exclude=s.strings("exclude"),
@@ -480,6 +493,7 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
     listen = m.string("listen", "127.0.0.1:9607")  # an explicit null turns metrics off
     if listen is not None and not re.match(r"^[^:\s]*:\d{1,5}$", listen):
         raise lines.error("metrics.listen", f"expected HOST:PORT, got {listen!r}")
+    health_down_after_s = m.duration("health_down_after", 60.0)
     m.finish()
     cfg = Config(
         state_dir=os.path.expanduser(state_dir),
@@ -489,7 +503,7 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
         output=output,
         queue=queue,
         retry=retry,
-        metrics=MetricsConfig(listen=listen),
+        metrics=MetricsConfig(listen=listen, health_down_after_s=health_down_after_s),
         max_open_files=s.integer("max_open_files", 1024),
         source=file,
     )
