@@ -14,10 +14,12 @@ class LineSplitter:
     """Feeds chunks read sequentially from `start_offset` and returns the complete lines.
 
     `offset` is the position just after the last byte consumed into complete lines (or skipped):
-    the harvester may checkpoint it. `pending_start` is where the held partial line starts.
-    A line that exceeds max_line_bytes before its newline is emitted at once (cut, flagged) and
-    the rest of it is skipped up to the newline; until then `offset` stays at the line's start,
-    so a restart re-emits the same cut line with the same offset (and the same document _id).
+    the harvester may checkpoint it. A line's start is its first byte that is not a head NUL, so
+    the NUL hole of a copytruncate is consumed as it is read (never held in memory) and a line's
+    offset does not depend on how the file was chunked. A line that exceeds max_line_bytes before
+    its newline is emitted at once (cut, flagged; its `end` is its start, the real end is not
+    known yet) and the rest of it is skipped up to the newline; until then `offset` stays at the
+    line's start, so a restart re-emits the same cut line with the same offset (and the same _id).
     """
 
     __slots__ = ("offset", "max_line_bytes", "_carry", "_skipping", "_skip_pos")
@@ -43,17 +45,16 @@ class LineSplitter:
         if not chunk:
             return out
         limit = self.max_line_bytes
-        pos = self.offset
         if self._skipping:
             nl = chunk.find(b"\n")
             if nl < 0:
                 self._skip_pos += len(chunk)
                 return out
             # the over-long line ends here: consume through its newline
-            pos = self._skip_pos + nl + 1
+            self.offset = self._skip_pos + nl + 1
             chunk = chunk[nl + 1:]
             self._skipping = False
-            self.offset = pos
+        pos = self.offset
         data = self._carry + chunk if self._carry else chunk
         parts = data.split(b"\n")
         tail = parts.pop()
@@ -65,10 +66,12 @@ class LineSplitter:
             if not n:
                 continue
             if part[0] == 0:
-                part = part.lstrip(b"\x00")
-                if not part:
-                    continue
+                stripped = part.lstrip(b"\x00")
+                start += n - len(stripped)
+                part = stripped
                 n = len(part)
+                if not n:
+                    continue
             if part[-1] == 13:          # \r\n line endings
                 part = part[:-1]
                 n -= 1
@@ -78,17 +81,20 @@ class LineSplitter:
                 append((start, pos, part[:limit], FLAG_TRUNCATED))
             else:
                 append((start, pos, part, 0))
-        self.offset = pos
-        if len(tail) > limit:
+        if tail[:1] == b"\x00":
+            # head NULs of the next line: consumed now, so a hole of any size costs no memory
             stripped = tail.lstrip(b"\x00")
-            if len(stripped) > limit:
-                # emit the cut line now; skip the rest of it until its newline
-                append((pos, pos, stripped[:limit], FLAG_TRUNCATED))
-                self._skipping = True
-                self._skip_pos = pos + len(tail)
-                self._carry = b""
-                return out
-            # NUL padding inflated it: keep it (without the NULs we would lose the offset)
+            pos += len(tail) - len(stripped)
+            tail = stripped
+        self.offset = pos
+        n = len(tail)
+        # over the limit for sure: more than limit + 1 bytes, or limit + 1 without a \r that a \n could follow
+        if n > limit and (n > limit + 1 or tail[-1] != 13):
+            append((pos, pos, tail[:limit], FLAG_TRUNCATED))
+            self._skipping = True
+            self._skip_pos = pos + n
+            self._carry = b""
+            return out
         self._carry = tail
         return out
 
@@ -96,7 +102,9 @@ class LineSplitter:
         """The file will not grow any more (deleted / rotated away): a last line without newline counts."""
         if self._skipping or not self._carry:
             return []
-        tail = self._carry.lstrip(b"\x00").rstrip(b"\r")
+        tail = self._carry
+        if tail[-1] == 13:
+            tail = tail[:-1]
         start = self.offset
         self.offset += len(self._carry)
         self._carry = b""
