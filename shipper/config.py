@@ -33,6 +33,20 @@ _SIZE_UNITS = {
 _DUR_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DUR_UNITS = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_INT_RE = re.compile(r"[+-]?\d+")
+_JSON_INT_RE = re.compile(r"-?(?:0|[1-9]\d*)")
+_JSON_FLOAT_RE = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+class _EnvValue(str):
+    """A value that was exactly one `${VAR}`: its text, typed by the key that reads it.
+
+    `bulk_max_events: ${N}` becomes a number and `verify: ${V}` a boolean, while a password such
+    as `007`, `0x1F` or `on` stays the text it is (YAML's own typing would turn those into 7, 31, True).
+    """
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +190,12 @@ class _Lines:
         if node is None:
             return
         if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
             for k, v in node.value:
                 sub = f"{path}.{k.value}" if path else str(k.value)
+                if k.value in seen:   # YAML would silently keep the last one
+                    raise ConfigError(sub, "duplicate key", self.file, k.start_mark.line + 1)
+                seen.add(k.value)
                 self.lines[sub] = k.start_mark.line + 1
                 self.walk(v, sub)
         elif isinstance(node, yaml.SequenceNode):
@@ -244,8 +262,10 @@ class _Section:
         v = self.data.get(name, default)
         if v is None:
             return default
+        if isinstance(v, _EnvValue) and _INT_RE.fullmatch(v.strip()):
+            v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
-            raise self.lines.error(self.key(name), f"expected a whole number, got {v!r}")
+            raise self.lines.error(self.key(name), f"expected a whole number, got {str(v) if isinstance(v, str) else v!r}")
         if v < minimum:
             raise self.lines.error(self.key(name), f"must be at least {minimum}")
         return v
@@ -253,19 +273,24 @@ class _Section:
     def boolean(self, name: str, default: bool) -> bool:
         self.used.add(name)
         v = self.data.get(name, default)
+        if v is None:
+            return default
+        if isinstance(v, _EnvValue) and v.strip().lower() in _BOOLS:
+            v = _BOOLS[v.strip().lower()]
         if not isinstance(v, bool):
-            raise self.lines.error(self.key(name), f"expected true or false, got {v!r}")
+            raise self.lines.error(self.key(name), f"expected true or false, got {str(v) if isinstance(v, str) else v!r}")
         return v
 
     def string(self, name: str, default: str | None, choices: tuple[str, ...] | None = None) -> Any:
         self.used.add(name)
-        v = self.data.get(name, default)
-        if v is None:
-            return None
+        v = self.data.get(name)
+        if v is None:                      # absent or null: the default
+            return default
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             v = str(v)
         if not isinstance(v, str):
             raise self.lines.error(self.key(name), f"expected a string, got {type(v).__name__}")
+        v = str(v)
         if choices is not None and v not in choices:
             raise self.lines.error(self.key(name), f"must be one of {', '.join(choices)}, got {v!r}")
         return v
@@ -279,7 +304,7 @@ class _Section:
             v = [v]
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise self.lines.error(self.key(name), "expected a list of strings")
-        return tuple(v)
+        return tuple(str(x) for x in v)
 
     def mapping(self, name: str) -> dict[str, Any]:
         self.used.add(name)
@@ -290,11 +315,49 @@ class _Section:
             raise self.lines.error(self.key(name), "expected a mapping")
         return {str(k): x for k, x in v.items()}
 
+    def json_mapping(self, name: str) -> dict[str, Any]:
+        """A free-form mapping that goes into documents as JSON (`fields`): string keys, JSON values."""
+        return _json_value(self.mapping(name), self.key(name), self.lines)  # type: ignore[no-any-return]
+
     def finish(self) -> None:
         unknown = [k for k in self.data if k not in self.used]
         if unknown:
             k = unknown[0]
             raise self.lines.error(self.key(str(k)), "unknown key")
+
+
+def _json_value(v: Any, key: str, lines: _Lines) -> Any:
+    """YAML data -> JSON data. A `${VAR}` value is typed like JSON: `3` a number, `true` a boolean,
+    anything else (`007`, `on`) the text it is. Dates and other YAML-only types become strings."""
+    if isinstance(v, _EnvValue):
+        t = v.strip()
+        if _JSON_INT_RE.fullmatch(t):
+            return int(t)
+        if _JSON_FLOAT_RE.fullmatch(t):
+            return float(t)
+        if t in ("true", "false"):
+            return t == "true"
+        return str(v)
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str):
+                k = str(k).lower() if isinstance(k, bool) else str(k)
+            out[k] = _json_value(x, f"{key}.{k}", lines)
+        return out
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x, f"{key}[{i}]", lines) for i, x in enumerate(v)]
+    if v is None or isinstance(v, (str, int, float, bool)):
+        if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
+            raise lines.error(key, "NaN and infinity cannot go into a JSON document")
+        return v
+    if isinstance(v, (set, frozenset)):
+        return [_json_value(x, f"{key}[{i}]", lines) for i, x in enumerate(sorted(v, key=repr))]
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    if isinstance(v, bytes):
+        raise lines.error(key, "binary values cannot go into a JSON document")
+    return str(v)
 
 
 def _regex(value: str, key: str, lines: _Lines) -> str:
@@ -368,7 +431,7 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         format=fmt,
         pattern=pattern,
         multiline=multiline,
-        fields=s.mapping("fields"),
+        fields=s.json_mapping("fields"),
         start_at=start_at,
         scan_interval_s=s.duration("scan_interval", 10.0, positive=True),
         index=s.string("index", None),
@@ -414,7 +477,7 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
     username = es.string("username", None)
     password = es.string("password", None)
     if password is not None and username is None:
-        raise lines.error("output.elasticsearch.username", "password is set but username is not")
+        raise lines.error("output.elasticsearch.password", "is set but output.elasticsearch.username is not")
     cfg = ElasticsearchConfig(
         hosts=tuple(h.rstrip("/") for h in hosts),
         index=index,
@@ -447,11 +510,8 @@ def _expand_values(data: Any, path: str, lines: _Lines, env: Mapping[str, str] |
         except ConfigError as e:
             raise lines.error(path, f"{e.key}: {e.message}") from None
         if _ENV_RE.fullmatch(data.strip()):
-            try:
-                typed = yaml.safe_load(out)
-            except yaml.YAMLError:
-                return out
-            return typed if isinstance(typed, (int, float, bool)) or typed is None else out
+            # the whole value: typed by the key that reads it; empty means not set
+            return _EnvValue(out) if out.strip() else None
         return out
     return data
 
@@ -478,6 +538,9 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
     state_dir = s.string("state_dir", "/var/lib/shipper")
     if not state_dir:
         raise lines.error("state_dir", "must not be empty")
+    if isinstance(s.data.get("log_level"), str) and s.data["log_level"].strip().lower() in ("warn", "warning", "debug", "info", "error"):
+        lv = s.data["log_level"].strip().lower()
+        s.data["log_level"] = "warning" if lv == "warn" else lv
     level = s.string("log_level", "info", ("debug", "info", "warning", "error"))
     output = _output(s.raw("output"), lines)
     q = _Section(s.raw("queue"), "queue", lines)
@@ -490,7 +553,10 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
         raise lines.error("retry.max_backoff", "must not be below retry.initial_backoff")
     r.finish()
     m = _Section(s.raw("metrics"), "metrics", lines)
-    listen = m.string("listen", "127.0.0.1:9607")  # an explicit null turns metrics off
+    # an explicit null (or an empty ${VAR}) turns metrics off
+    listen = None if m.has("listen") and m.raw("listen") is None else m.string("listen", "127.0.0.1:9607")
+    if not listen:
+        listen = None
     if listen is not None and not re.match(r"^[^:\s]*:\d{1,5}$", listen):
         raise lines.error("metrics.listen", f"expected HOST:PORT, got {listen!r}")
     health_down_after_s = m.duration("health_down_after", 60.0)
