@@ -1,16 +1,20 @@
-"""Counters and gauges, their Prometheus text rendering (pure), and the /metrics + /health server.
-
-`TelemetryEvents` turns pipeline occurrences into log lines and metric updates. Pure modules
-never import this one.
+"""Telemetry: counters, gauges and histograms with their Prometheus text rendering (pure), rates and
+ETAs from recent samples (`RateTracker`, time passed in), the status document and progress log line
+of a running pipeline (`Monitor`), and the /metrics, /health and /status HTTP server.
+`TelemetryEvents` turns pipeline occurrences into log lines and metric updates. Pure modules never
+import this one.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from typing import Any, Callable
+from collections import deque
+from typing import Any, Callable, Iterable
 
 from shipper.events import Events
+from shipper.logs import redact
 
 log = logging.getLogger("shipper")
 
@@ -23,14 +27,26 @@ HELP = {
     "shipper_retries_total": ("counter", "Bulk attempts that had to be retried."),
     "shipper_queue_events": ("gauge", "Events in the on-disk queue, not yet acknowledged."),
     "shipper_queue_bytes": ("gauge", "Bytes the queue holds on disk."),
-    "shipper_file_lag_bytes": ("gauge", "Bytes of a file not yet queued."),
+    "shipper_file_lag_bytes": ("gauge", "Bytes of a file not yet acknowledged by the output (size minus shipped offset)."),
     "shipper_output_up": ("gauge", "1 when the last bulk request succeeded."),
+    "shipper_output_down_seconds": ("gauge", "Seconds the output has been down in the current episode (0 when up)."),
     "shipper_bytes_at_risk": ("gauge", "Unread bytes in rotated or deleted files still held open."),
-    "shipper_bulk_latency_seconds": ("histogram", "Bulk request latency."),
+    "shipper_dead_letter_events": ("gauge", "Events currently held in the dead-letter queue."),
+    "shipper_files_open": ("gauge", "Files currently being tailed."),
+    "shipper_backlog_eta_seconds": ("gauge", "Estimated seconds to ship the current file lag at the recent rate (-1: unknown)."),
+    "shipper_start_time_seconds": ("gauge", "Unix time the process started."),
+    "shipper_bulk_latency_seconds": ("histogram", "Bulk request latency, answered requests only."),
     "shipper_bulk_docs": ("histogram", "Documents per bulk request."),
+    "shipper_bulk_request_bytes": ("histogram", "Bytes per bulk request body, as sent (compressed when gzip is on)."),
 }
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DOCS_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000)
+BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
+
+PROGRESS_EVERY_S = 10.0          # a "catching up" log line at most this often
+BACKLOG_MIN_BYTES = 1024 * 1024  # below this much lag and queue there is no backlog worth a log line
+RATE_WINDOW_S = 30.0             # rates and ETAs come from the samples of the last 30 s
+MIN_RATE_SPAN_S = 1.0            # samples closer together than this give no rate (too noisy)
 
 
 class Histogram:
@@ -38,7 +54,7 @@ class Histogram:
 
     def __init__(self, buckets: tuple[float, ...]) -> None:
         self.buckets = buckets
-        self.counts = [0] * len(buckets)
+        self.counts = [0] * len(buckets)   # cumulative: counts[i] is observations <= buckets[i]
         self.sum = 0.0
         self.count = 0
 
@@ -50,19 +66,25 @@ class Histogram:
                 self.counts[i] += 1
 
 
+LabelKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
 class Metrics:
     def __init__(self) -> None:
-        self.counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        self.gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.counters: dict[LabelKey, float] = {}
+        self.gauges: dict[LabelKey, float] = {}
         self.hist = {"shipper_bulk_latency_seconds": Histogram(LATENCY_BUCKETS),
-                     "shipper_bulk_docs": Histogram(DOCS_BUCKETS)}
+                     "shipper_bulk_docs": Histogram(DOCS_BUCKETS),
+                     "shipper_bulk_request_bytes": Histogram(BYTES_BUCKETS)}
         for name, (kind, _) in HELP.items():
             if kind == "counter" and name not in ("shipper_bulk_requests_total", "shipper_bulk_items_total"):
                 self.counters[(name, ())] = 0
-        self.gauges[("shipper_queue_events", ())] = 0
-        self.gauges[("shipper_queue_bytes", ())] = 0
+        for name in ("shipper_queue_events", "shipper_queue_bytes", "shipper_bytes_at_risk",
+                     "shipper_dead_letter_events", "shipper_files_open", "shipper_output_down_seconds"):
+            self.gauges[(name, ())] = 0
         self.gauges[("shipper_output_up", ())] = 1
-        self.gauges[("shipper_bytes_at_risk", ())] = 0
+        self.gauges[("shipper_backlog_eta_seconds", ())] = -1
+        self.gauges[("shipper_start_time_seconds", ())] = round(time.time(), 3)
 
     def inc(self, name: str, value: float = 1, **labels: str) -> None:
         key = (name, tuple(sorted(labels.items())))
@@ -120,6 +142,193 @@ def render_prometheus(counters: dict[Any, float], gauges: dict[Any, float], hist
     return "\n".join(out) + "\n"
 
 
+# ================================================================ rates and ETAs (pure: time passed in)
+
+class RateTracker:
+    """Per-second rates of monotonic totals over the last `window_s` seconds of samples.
+
+    A key missing from a sample (a file that went away) is forgotten; a total that goes down (a
+    counter that restarted) gives no rate until the window holds two samples after the drop.
+    """
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._samples: deque[tuple[float, dict[str, float]]] = deque()
+
+    def observe(self, now: float, totals: dict[str, float]) -> None:
+        self._samples.append((now, dict(totals)))
+        # keep one sample at or before the window's start, so a rate always spans the window
+        while len(self._samples) > 2 and self._samples[1][0] <= now - self.window_s:
+            self._samples.popleft()
+
+    def rate(self, key: str) -> float | None:
+        """Per second over the window; None with fewer than two samples holding the key."""
+        if len(self._samples) < 2:
+            return None
+        t1, last = self._samples[-1]
+        v1 = last.get(key)
+        if v1 is None:
+            return None
+        oldest: tuple[float, float] | None = None
+        newer = v1
+        for i in range(len(self._samples) - 2, -1, -1):
+            t, totals = self._samples[i]
+            v = totals.get(key)
+            if v is None or v > newer:       # unknown before, or a restart: the span ends here
+                break
+            oldest, newer = (t, v), v
+        if oldest is None or t1 - oldest[0] < MIN_RATE_SPAN_S:
+            return None
+        return (v1 - oldest[1]) / (t1 - oldest[0])
+
+
+def eta_s(remaining: float, rate_per_s: float | None) -> float | None:
+    """Seconds to get through `remaining` at `rate_per_s`; 0 when nothing remains, None when no progress."""
+    if remaining <= 0:
+        return 0.0
+    if not rate_per_s or rate_per_s <= 0:
+        return None
+    return remaining / rate_per_s
+
+
+def _round(v: float | None, nd: int = 1) -> float | None:
+    return None if v is None else round(v, nd)
+
+
+def is_backlog(lag_bytes: int, queue_bytes: int) -> bool:
+    """Enough left to ship that an operator wants progress lines rather than silence."""
+    return lag_bytes >= BACKLOG_MIN_BYTES or queue_bytes >= BACKLOG_MIN_BYTES
+
+
+# ================================================================ the running pipeline, watched
+
+class Monitor:
+    """Samples a running pipeline (every couple of seconds): gauges, rates, ETAs, /health's verdict,
+    the status document (`shipper status`, /status, status.json) and the periodic progress line.
+
+    `p` is a `Pipeline` (duck-typed: file_status(), queue_events/bytes, output_up, last_error,
+    bytes_at_risk(), spool.spool.dead_letters, client.hosts). Times are passed in (monotonic).
+    """
+
+    def __init__(self, metrics: Metrics, events: TelemetryEvents, health_down_after_s: float = 60.0,
+                 mode: str = "daemon") -> None:
+        self.m = metrics
+        self.events = events
+        self.health_down_after_s = health_down_after_s
+        self.mode = mode
+        self.rates = RateTracker()
+        self.started = time.time()
+        self._next_progress = 0.0
+        self._backlog = False
+
+    # ---------------------------------------------------------------- sampling
+
+    def files(self, p: Any, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+        """file_status() plus each file's recent shipping rate (bytes/s) and ETA."""
+        files = list(p.file_status()) if p is not None else []
+        files.extend(extra_files)
+        for f in files:
+            r = self.rates.rate("f:" + str(f.get("incarnation")))
+            f["rate_bytes_per_s"] = _round(r)
+            lag = f.get("lag_bytes")
+            f["eta_s"] = _round(eta_s(lag, r)) if isinstance(lag, int) else None
+        return files
+
+    def sample(self, p: Any, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+        """Record totals for the rates and refresh the gauges; returns the files with their rates."""
+        raw = list(p.file_status()) + list(extra_files)
+        totals: dict[str, float] = {"in": self.m.get("shipper_events_read_total"),
+                                    "out": self.m.get("shipper_events_shipped_total")}
+        for f in raw:
+            totals["f:" + str(f.get("incarnation"))] = f["offset"]
+        self.rates.observe(now, totals)
+        files = self.files(None, raw)
+        m = self.m
+        m.clear_gauge("shipper_file_lag_bytes")
+        for f in files:
+            if isinstance(f.get("lag_bytes"), int) and f.get("inode") is not None:
+                m.set("shipper_file_lag_bytes", f["lag_bytes"], path=f["path"])
+        m.set("shipper_files_open", sum(1 for f in files if f.get("inode") is not None))
+        m.set("shipper_bytes_at_risk", p.bytes_at_risk())
+        m.set("shipper_queue_events", p.queue_events)
+        m.set("shipper_queue_bytes", p.queue_bytes)
+        m.set("shipper_dead_letter_events", p.spool.spool.dead_letters)
+        down = self.down_for_s(p, now)
+        m.set("shipper_output_down_seconds", round(down, 1) if down is not None else 0)
+        eta = self._total_eta(files)
+        m.set("shipper_backlog_eta_seconds", round(eta, 1) if eta is not None else -1)
+        return files
+
+    def _total_eta(self, files: list[dict[str, Any]]) -> float | None:
+        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
+        rate = sum(f["rate_bytes_per_s"] or 0.0 for f in files)
+        return eta_s(lag, rate)
+
+    def down_for_s(self, p: Any, now: float) -> float | None:
+        """How long the output has been down in this episode; None while it is up."""
+        since = self.events.output_down_since
+        if p is None or p.output_up or since is None:
+            return None
+        return max(0.0, now - since)
+
+    # ---------------------------------------------------------------- verdicts and documents
+
+    def health(self, p: Any, now: float) -> tuple[bool, str]:
+        """/health: unhealthy while starting, and once the output has been down past the threshold."""
+        if p is None:
+            return False, "starting"
+        down = self.down_for_s(p, now)
+        if down is not None and down > self.health_down_after_s:
+            return False, f"output down for {int(down)}s: {redact(p.last_error or 'no answer')}"
+        return True, "ok"
+
+    def status_doc(self, p: Any, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+        """The document `shipper status --json` prints (SPEC's minimum shape, extended)."""
+        files = self.files(p, extra_files)
+        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
+        down = self.down_for_s(p, now)
+        wall_down = self.events.output_down_since_wall if down is not None else None
+        return {
+            "daemon": "running", "running": True, "mode": self.mode, "pid": os.getpid(),
+            "updated": time.time(), "started": self.started,
+            "files": files,
+            "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0},
+            "dead_letter": p.spool.spool.dead_letters if p else 0,
+            "output": {"up": bool(p.output_up) if p else False,
+                       "last_error": redact(p.last_error) if p and p.last_error else None,
+                       "down_since": wall_down, "down_for_s": _round(down),
+                       "hosts": [h.label for h in p.client.hosts] if p else []},
+            "rates": {"events_in_per_s": _round(self.rates.rate("in")),
+                      "events_out_per_s": _round(self.rates.rate("out")),
+                      "bytes_out_per_s": _round(sum(f["rate_bytes_per_s"] or 0.0 for f in files))},
+            "lag_bytes": lag, "eta_s": _round(self._total_eta(files)),
+            "read_total": int(self.m.get("shipper_events_read_total")),
+            "shipped_total": int(self.m.get("shipper_events_shipped_total")),
+            "bytes_at_risk": p.bytes_at_risk() if p else 0,
+        }
+
+    def progress(self, p: Any, now: float, files: list[dict[str, Any]], always: bool = False) -> None:
+        """Log "catching up" (rate, lag, ETA) every PROGRESS_EVERY_S while a backlog lasts, and
+        "caught up" once when it is gone. With `always` (pipe), log while there is anything to do."""
+        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
+        backlog = is_backlog(lag, p.queue_bytes) or (always and (p.queue_events > 0 or lag > 0 or not files))
+        if backlog and now >= self._next_progress:
+            self._next_progress = now + PROGRESS_EVERY_S
+            self._backlog = True
+            eta = self._total_eta(files)
+            log.info("catching up", extra={
+                "lag_bytes": lag, "queue_events": p.queue_events, "queue_bytes": p.queue_bytes,
+                "events_in_per_s": _round(self.rates.rate("in")), "events_out_per_s": _round(self.rates.rate("out")),
+                "bytes_out_per_s": _round(sum(f["rate_bytes_per_s"] or 0.0 for f in files)),
+                "eta_s": _round(eta), "output_up": bool(p.output_up)})
+        elif not backlog and self._backlog:
+            self._backlog = False
+            self._next_progress = 0.0
+            log.info("caught up", extra={"shipped_total": int(self.m.get("shipper_events_shipped_total"))})
+
+
+# ================================================================ occurrences -> logs and metrics
+
 class TelemetryEvents(Events):
     """The real Events: log lines (once per episode for faults) and metric updates."""
 
@@ -127,7 +336,8 @@ class TelemetryEvents(Events):
         self.m = metrics
         self.output_up = True
         self.output_error: str | None = None
-        self.output_down_since: float | None = None
+        self.output_down_since: float | None = None       # monotonic
+        self.output_down_since_wall: float | None = None  # the same instant, wall clock (for status)
         self._last_retry_log = 0.0
 
     def file_opened(self, path: str, inode: int, offset: int, incarnation: str) -> None:
@@ -153,6 +363,7 @@ class TelemetryEvents(Events):
         if isinstance(status, int):
             self.m.hist["shipper_bulk_latency_seconds"].observe(seconds)
             self.m.hist["shipper_bulk_docs"].observe(docs)
+            self.m.hist["shipper_bulk_request_bytes"].observe(nbytes)
 
     def bulk_items(self, statuses: dict[int, int]) -> None:
         for s, n in statuses.items():
@@ -176,8 +387,10 @@ class TelemetryEvents(Events):
         if up and not self.output_up:
             log.info("output recovered", extra={"down_s": round(time.monotonic() - (self.output_down_since or 0), 1)})
             self.output_down_since = None
+            self.output_down_since_wall = None
         if not up and self.output_up:
             self.output_down_since = time.monotonic()
+            self.output_down_since_wall = time.time()
         self.output_up = up
         if error is not None:
             self.output_error = error
@@ -200,24 +413,42 @@ class TelemetryEvents(Events):
         log.info(msg, extra=fields)
 
 
-async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tuple[bool, str]]) -> Any:
-    """Start the /metrics and /health HTTP server; returns the aiohttp runner (call .cleanup())."""
+# ================================================================ HTTP
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tuple[bool, str]],
+                        status: Callable[[], dict[str, Any]] | None = None) -> Any:
+    """Start the /metrics, /health (and /status, JSON) server on HOST:PORT (an empty host is
+    127.0.0.1: loopback unless asked otherwise). Returns the aiohttp runner (call .cleanup())."""
+    import orjson
     from aiohttp import web
 
     async def metrics_handler(_req: web.Request) -> web.Response:
-        return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+        return web.Response(body=metrics.render().encode(),
+                            headers={"Content-Type": PROMETHEUS_CONTENT_TYPE, "X-Content-Type-Options": "nosniff"})
 
     async def health_handler(_req: web.Request) -> web.Response:
         ok, reason = health()
         return web.json_response({"status": "ok" if ok else "unhealthy", "reason": reason}, status=200 if ok else 503)
 
+    async def status_handler(_req: web.Request) -> web.Response:
+        assert status is not None
+        return web.Response(body=orjson.dumps(status()), content_type="application/json")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/health", health_handler)
+    if status is not None:
+        app.router.add_get("/status", status_handler)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     host, _, port = listen.rpartition(":")
     site = web.TCPSite(runner, host or "127.0.0.1", int(port), reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner

@@ -588,11 +588,17 @@ class Pipeline:
         return out
 
     def _shipped_offsets(self) -> dict[str, int]:
+        """Per incarnation: the lowest start of a range not yet acknowledged. The spool's pending
+        records include those in flight (the outbox does not); the accumulator holds what is read
+        but not yet queued. list() copies the dict in one step: the spool thread pops acked seqs."""
         out: dict[str, int] = {}
-        for meta, _ in list(self.outbox):
+        for meta in list(self.spool.spool.pending.values()):
             for inc, (start, _end) in meta.covers.items():
                 if inc not in out or start < out[inc]:
                     out[inc] = start
+        for inc, (start, _end) in list(self.acc.covers.items()):
+            if inc not in out or start < out[inc]:
+                out[inc] = start
         return out
 
     def bytes_at_risk(self) -> int:

@@ -20,7 +20,7 @@ from shipper.clock import Clock, SystemClock
 from shipper.config import Config, load_config
 from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
-from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
+from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
 from shipper.pipeline import Pipeline
 from shipper.spool import AsyncSpool, Spool
 
@@ -28,7 +28,6 @@ log = logging.getLogger("shipper")
 
 STATUS_FILE = "status.json"
 STATUS_EVERY_S = 2.0
-HEALTH_DOWN_S = 60.0
 
 
 class StateLock:
@@ -80,6 +79,7 @@ class Service:
         self.clock = clock or SystemClock()
         self.metrics = Metrics()
         self.events = TelemetryEvents(self.metrics)
+        self.monitor = Monitor(self.metrics, self.events, cfg.metrics.health_down_after_s)
         self.stop_event = asyncio.Event()
         self.reload_event = asyncio.Event()
         self.force_event = asyncio.Event()
@@ -100,7 +100,8 @@ class Service:
         self.spool = AsyncSpool(spool)
         self.pipeline = Pipeline(self.cfg, self.spool, self.events, self.clock)
         if self.cfg.metrics.listen:
-            self._metrics_runner = await serve_metrics(self.cfg.metrics.listen, self.metrics, self.health)
+            self._metrics_runner = await serve_metrics(self.cfg.metrics.listen, self.metrics, self.health,
+                                                       self.status_doc)
         self._install_signals()
         self._start_pipeline_tasks()
         self.events.info("pipeline ready", inputs=len(self.cfg.inputs), queue_events=self.pipeline.queue_events,
@@ -121,9 +122,7 @@ class Service:
         for t in self._tasks:
             if t.done() and not t.cancelled() and t.exception() is not None:
                 return False, f"task {t.get_name()} failed"
-        if not p.output_up and time.monotonic() - p.last_success > HEALTH_DOWN_S and p.queue_events:
-            return False, f"output down for {int(time.monotonic() - p.last_success)}s: {p.last_error}"
-        return True, "ok"
+        return self.monitor.health(p, time.monotonic())
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -239,6 +238,7 @@ class Service:
             log.warning("metrics.listen changes take effect at the next restart",
                         extra={"running": self.cfg.metrics.listen, "configured": new.metrics.listen})
         self.cfg = new
+        self.monitor.health_down_after_s = new.metrics.health_down_after_s
         assert self.spool is not None
         self.pipeline = Pipeline(new, self.spool, self.events, self.clock)
         self._start_pipeline_tasks()
@@ -248,34 +248,23 @@ class Service:
     # ---------------------------------------------------------------- telemetry
 
     def _refresh_gauges(self) -> None:
+        """Every STATUS_EVERY_S: sample rates, refresh gauges, log progress while catching up."""
         p = self.pipeline
         if p is None:
             return
-        self.metrics.clear_gauge("shipper_file_lag_bytes")
-        for f in p.file_status():
-            self.metrics.set("shipper_file_lag_bytes", f["lag_bytes"], path=f["path"])
-        self.metrics.set("shipper_bytes_at_risk", p.bytes_at_risk())
-        self.metrics.set("shipper_queue_events", p.queue_events)
-        self.metrics.set("shipper_queue_bytes", p.queue_bytes)
+        now = time.monotonic()
+        files = self.monitor.sample(p, now)
+        self.monitor.progress(p, now, files)
 
     def status_doc(self) -> dict[str, Any]:
-        p = self.pipeline
-        files = p.file_status() if p else []
-        return {
-            "pid": os.getpid(), "running": True, "updated": time.time(), "started": self.started_at,
-            "files": files,
-            "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0},
-            "output": {"up": p.output_up if p else False, "last_error": p.last_error if p else None,
-                       "hosts": [h.label for h in p.client.hosts] if p else []},
-            "read_total": p.read_total if p else 0, "shipped_total": p.shipped_total if p else 0,
-            "bytes_at_risk": p.bytes_at_risk() if p else 0,
-        }
+        return self.monitor.status_doc(self.pipeline, time.monotonic())
 
     def _write_status_safe(self) -> None:
         try:
             doc = self.status_doc()
             if self.stop_event.is_set() and self.spool is not None and self._tasks == []:
                 doc["running"] = False
+                doc["daemon"] = "stopped"
             write_status(self.cfg.state_dir, doc)
         except OSError as e:
             log.debug("status file not written", extra={"error": str(e)})

@@ -1,20 +1,27 @@
-"""`shipper status`: per-file progress, queue depth, dead letters and output state.
+"""`shipper status`: per-file progress, queue depth, dead letters, output state and rates.
 
-Works while the daemon runs (it reads the status file the daemon refreshes every 2 s) and when it
-is stopped (it reads the spool's checkpoints directly).
+While a daemon (or `shipper pipe`) holds the state_dir it is asked over its local HTTP endpoint
+(GET /status on metrics.listen), else its status.json (refreshed every 2 s) is read; when it is
+stopped the spool's checkpoints and queue are read read-only. `render` (pure) draws the table.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import orjson
 
-from shipper.config import load_config
+from shipper.config import Config, load_config
 from shipper.service import STATUS_FILE
 from shipper.spool import Spool
+
+STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
+ASK_TIMEOUT_S = 2.0
 
 
 def daemon_running(state_dir: str) -> bool:
@@ -41,65 +48,187 @@ def _read_status_file(state_dir: str) -> dict[str, Any] | None:
         return None
 
 
-def collect(state_dir: str) -> dict[str, Any]:
+def _ask_daemon(listen: str | None) -> dict[str, Any] | None:
+    """GET /status from the running daemon; None when metrics are off or nothing answers."""
+    if not listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/status", timeout=ASK_TIMEOUT_S) as resp:
+            v = orjson.loads(resp.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    return v if isinstance(v, dict) else None
+
+
+def _stopped_files(spool: Spool) -> list[dict[str, Any]]:
+    shipped = spool.shipped_offsets()
+    files = []
+    for inc, cp in spool.checkpoints.items():
+        size = None
+        try:
+            st = os.stat(cp.path)
+            if st.st_ino == cp.inode and st.st_dev == cp.dev:
+                size = st.st_size
+        except OSError:
+            pass
+        if cp.finished and size is None:
+            continue               # rotated away and read to its end: nothing left to show
+        if size is None:
+            size = cp.size
+        off = shipped.get(inc, cp.offset)
+        files.append({"path": cp.path, "inode": cp.inode, "incarnation": inc, "offset": off,
+                      "queued_offset": cp.offset, "size": size, "lag_bytes": max(0, size - off),
+                      "state": "finished" if cp.finished else "stopped", "updated": cp.updated,
+                      "rate_bytes_per_s": None, "eta_s": None})
+    files.sort(key=lambda f: (f["path"], -f["updated"]))
+    return files
+
+
+def collect(cfg: Config) -> dict[str, Any]:
+    """The status document: live from the daemon when it runs, from the state_dir when it does not."""
+    state_dir = cfg.state_dir
     running = daemon_running(state_dir)
     last = _read_status_file(state_dir) or {}
-    out: dict[str, Any] = {"running": running, "files": [], "queue": {"events": 0, "bytes": 0},
-                           "dead_letter": 0, "output": {"up": None, "last_error": None}}
-    out["output"]["up"] = last.get("output", {}).get("up") if running else None
-    out["output"]["last_error"] = last.get("output", {}).get("last_error")
+    if running:
+        live = _ask_daemon(cfg.metrics.listen)
+        source = "daemon"
+        if live is None and last and time.time() - float(last.get("updated") or 0) <= STATUS_FRESH_S:
+            live, source = last, "status.json"
+        if live is not None:
+            live["running"], live["daemon"], live["source"] = True, "running", source
+            return live
+    last_out = last.get("output") if isinstance(last.get("output"), dict) else {}
+    out: dict[str, Any] = {
+        "daemon": "running" if running else "stopped", "running": running, "source": "state_dir",
+        "mode": last.get("mode", "daemon"), "updated": last.get("updated"),
+        "files": [], "queue": {"events": 0, "bytes": 0}, "dead_letter": 0,
+        "output": {"up": bool(last_out.get("up", False)), "last_error": last_out.get("last_error"),
+                   "down_since": last_out.get("down_since"), "down_for_s": None,
+                   "hosts": last_out.get("hosts", list(cfg.output.hosts))},
+        "rates": {"events_in_per_s": None, "events_out_per_s": None, "bytes_out_per_s": None},
+        "lag_bytes": 0, "eta_s": None,
+    }
     if not os.path.isdir(os.path.join(state_dir, "spool")):
         return out
     spool = Spool(state_dir, read_only=True)
     try:
-        shipped = spool.shipped_offsets()
-        files = []
-        for inc, cp in spool.checkpoints.items():
-            size = None
-            try:
-                st = os.stat(cp.path)
-                if st.st_ino == cp.inode and st.st_dev == cp.dev:
-                    size = st.st_size
-            except OSError:
-                pass
-            if cp.finished and size is None:
-                continue
-            if size is None:
-                size = cp.size
-            off = shipped.get(inc, cp.offset)
-            files.append({"path": cp.path, "inode": cp.inode, "incarnation": inc, "offset": off,
-                          "queued_offset": cp.offset, "size": size, "lag_bytes": max(0, size - off),
-                          "finished": cp.finished, "updated": cp.updated})
-        files.sort(key=lambda f: (f["path"], -f["updated"]))
-        out["files"] = files
+        out["files"] = _stopped_files(spool)
         out["queue"] = {"events": spool.queued_events, "bytes": spool.queued_bytes}
         out["dead_letter"] = spool.dead_letters
     finally:
         spool.close()
+    out["lag_bytes"] = sum(f["lag_bytes"] for f in out["files"])
     return out
 
 
-def _bar(done: int, total: int, width: int = 20) -> str:
-    frac = 1.0 if total <= 0 else min(1.0, done / total)
+# ================================================================ the human table (pure)
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"  # pragma: no cover
+
+
+def human_duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _rate(v: float | None, unit: str) -> str:
+    return "-" if v is None else f"{v:,.0f} {unit}/s"
+
+
+def bar(done: int, total: int | None, width: int = 20) -> str:
+    if total is None:
+        return "[" + "?" * width + "]      "
+    frac = 1.0 if total <= 0 else max(0.0, min(1.0, done / total))
     n = int(frac * width)
     return "[" + "#" * n + "-" * (width - n) + f"] {frac * 100:5.1f}%"
 
 
+def _when(ts: float | None, now: float) -> str:
+    if not ts:
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) + f" ({human_duration(now - ts)} ago)"
+
+
+def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
+    """`shipper status` as text: a header block, then one row per file."""
+    lines: list[str] = []
+    running = bool(doc.get("running"))
+    mode = doc.get("mode") or "daemon"
+    who = "shipper pipe" if mode == "pipe" else "shipper"
+    if running:
+        up_for = f", up {human_duration(now - doc['started'])}" if doc.get("started") else ""
+        pid = f"pid {doc['pid']}" if doc.get("pid") else "pid ?"
+        lines.append(f"{who}: running ({pid}{up_for})   state_dir: {state_dir}")
+    else:
+        lines.append(f"{who}: stopped   state_dir: {state_dir}"
+                     + (f"   last seen: {_when(doc.get('updated'), now)}" if doc.get("updated") else ""))
+    out = doc.get("output") or {}
+    hosts = ", ".join(out.get("hosts") or [])
+    if not running:
+        state = "last known " + ("up" if out.get("up") else "down")
+    elif out.get("up"):
+        state = "up"
+    else:
+        state = "BACKING OFF" + (f" since {_when(out.get('down_since'), now)}" if out.get("down_since") else "")
+    lines.append(f"output:  {state}" + (f"   {hosts}" if hosts else ""))
+    if out.get("last_error"):
+        lines.append(f"         last error: {out['last_error']}")
+    rates = doc.get("rates") or {}
+    if running:
+        lines.append(f"rates:   in {_rate(rates.get('events_in_per_s'), 'events')}   "
+                     f"out {_rate(rates.get('events_out_per_s'), 'events')}   "
+                     f"shipped {human_bytes(rates.get('bytes_out_per_s'))}/s")
+    q = doc.get("queue") or {}
+    lines.append(f"queue:   {q.get('events', 0):,} events ({human_bytes(q.get('bytes', 0))})   "
+                 f"dead letters: {doc.get('dead_letter', 0):,}"
+                 + ("   (see: shipper dlq list)" if doc.get("dead_letter") else ""))
+    if doc.get("lag_bytes"):
+        eta = f"   ETA {human_duration(doc['eta_s'])}" if doc.get("eta_s") is not None else ""
+        lines.append(f"backlog: {human_bytes(doc['lag_bytes'])} not yet shipped{eta}")
+    files = doc.get("files") or []
+    if not files:
+        lines.append("files:   none tracked yet")
+        return "\n".join(lines) + "\n"
+    rows = [("FILE", "INODE", "PROGRESS", "SHIPPED / SIZE", "LAG", "ETA")]
+    for f in files:
+        size = f.get("size")
+        inode = "-" if f.get("inode") is None else str(f["inode"])
+        state = f.get("state")
+        path = f["path"] + (f" ({state})" if state in ("renamed", "deleted", "finished") else "")
+        rows.append((path, inode, bar(int(f.get("offset") or 0), size),
+                     f"{human_bytes(f.get('offset'))} / {human_bytes(size)}",
+                     human_bytes(f.get("lag_bytes")), human_duration(f.get("eta_s")) if running else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines.append("")
+    for r in rows:
+        lines.append("  ".join(c.ljust(widths[i]) if i < len(r) - 1 else c for i, c in enumerate(r)).rstrip())
+    return "\n".join(lines) + "\n"
+
+
 def status(config_path: str, as_json: bool = False) -> int:
     cfg = load_config(config_path)
-    doc = collect(cfg.state_dir)
+    doc = collect(cfg)
     if as_json:
         print(orjson.dumps(doc).decode())
         return 0
-    print(f"daemon: {'running' if doc['running'] else 'stopped'}   state_dir: {cfg.state_dir}")
-    out = doc["output"]
-    up = "up" if out["up"] else ("down" if out["up"] is False else "unknown (daemon stopped)")
-    print(f"output: {up}" + (f"   last error: {out['last_error']}" if out["last_error"] else ""))
-    print(f"queue: {doc['queue']['events']} events, {doc['queue']['bytes']} bytes   dead letters: {doc['dead_letter']}")
-    if not doc["files"]:
-        print("files: none tracked yet")
-    for f in doc["files"]:
-        print(f"{f['path']}  inode {f['inode']}  {_bar(f['offset'], f['size'])}  "
-              f"{f['offset']}/{f['size']} bytes  lag {f['lag_bytes']}")
-
+    print(render(doc, cfg.state_dir, time.time()), end="")
     return 0

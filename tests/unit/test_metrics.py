@@ -1,0 +1,285 @@
+"""Telemetry: Prometheus rendering, rates and ETAs, /health's verdict, progress lines, the dashboard.
+
+Time is passed in. The Monitor reads a pipeline's public status surface, given here as plain data
+(the e2e tests in tests/e2e/test_operate.py watch the real daemon).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from shipper.config import load_config_text
+from shipper.metrics import (BACKLOG_MIN_BYTES, HELP, Metrics, Monitor, RateTracker, TelemetryEvents, eta_s,
+                             render_prometheus)
+from tests.support.daemon import metric_key, parse_prometheus
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_NAMES = ("shipper_events_read_total", "shipper_events_shipped_total", "shipper_events_dead_letter_total",
+              "shipper_bulk_requests_total", "shipper_bulk_items_total", "shipper_retries_total",
+              "shipper_queue_events", "shipper_queue_bytes", "shipper_file_lag_bytes", "shipper_output_up")
+
+
+# ---------------------------------------------------------------- rendering
+
+def test_render_has_help_and_type_for_every_spec_name_and_parses() -> None:
+    m = Metrics()
+    m.inc("shipper_bulk_requests_total", code="200")
+    m.inc("shipper_bulk_requests_total", 2, code="error")
+    m.inc("shipper_bulk_items_total", 5, status="201")
+    m.set("shipper_file_lag_bytes", 12, path='/var/log/a "quoted"\\dir\nx.log')
+    text = m.render()
+    for name in SPEC_NAMES:
+        kind = HELP[name][0]
+        assert f"# HELP {name} " in text
+        assert f"# TYPE {name} {kind}\n" in text
+    parsed = parse_prometheus(text)
+    assert parsed[metric_key("shipper_bulk_requests_total", code="200")] == 1
+    assert parsed[metric_key("shipper_bulk_requests_total", code="error")] == 2
+    assert parsed[metric_key("shipper_bulk_items_total", status="201")] == 5
+    assert parsed[metric_key("shipper_file_lag_bytes", path='/var/log/a "quoted"\\dir\nx.log')] == 12
+    assert parsed["shipper_events_read_total"] == 0
+    assert parsed["shipper_output_up"] == 1
+
+
+def test_type_line_precedes_samples_and_families_do_not_interleave() -> None:
+    m = Metrics()
+    m.inc("shipper_bulk_requests_total", code="200")
+    m.set("shipper_queue_events", 3)
+    seen: list[str] = []
+    typed: set[str] = set()
+    for line in m.render().splitlines():
+        if line.startswith("# TYPE "):
+            name = line.split()[2]
+            assert name not in typed, f"{name} typed twice"
+            typed.add(name)
+            seen.append(name)
+        elif not line.startswith("#"):
+            sample = re.split(r"[{ ]", line, maxsplit=1)[0]
+            family = re.sub(r"_(bucket|sum|count)$", "", sample) if HELP.get(
+                re.sub(r"_(bucket|sum|count)$", "", sample), ("",))[0] == "histogram" else sample
+            assert seen and seen[-1] == family, f"sample {sample} outside its family block"
+
+
+def test_histograms_are_cumulative_with_inf_equal_to_count() -> None:
+    ev = TelemetryEvents(Metrics())
+    for docs, secs in ((1, 0.004), (40, 0.03), (2000, 0.7), (7000, 45.0)):
+        ev.bulk_sent("h", 200, docs, docs * 100, secs)
+    ev.bulk_sent("h", "error", 10, 1000, 0.0)   # no answer: counted as a request, not as a latency
+    parsed = parse_prometheus(ev.m.render())
+    for name in ("shipper_bulk_latency_seconds", "shipper_bulk_docs", "shipper_bulk_request_bytes"):
+        buckets = sorted(((float(k.split('le="')[1].rstrip('"}')), v) for k, v in parsed.items()
+                          if k.startswith(name + "_bucket")), key=lambda kv: kv[0])
+        values = [v for _, v in buckets]
+        assert values == sorted(values), f"{name} buckets not cumulative: {buckets}"
+        assert buckets[-1][0] == math.inf and buckets[-1][1] == 4
+        assert parsed[name + "_count"] == 4
+    assert parsed["shipper_bulk_docs_sum"] == 1 + 40 + 2000 + 7000
+    assert parsed[metric_key("shipper_bulk_docs_bucket", le="50")] == 2
+    assert parsed[metric_key("shipper_bulk_requests_total", code="error")] == 1
+
+
+def test_render_prometheus_is_pure_over_its_inputs() -> None:
+    text = render_prometheus({("shipper_retries_total", ()): 7}, {("x_custom", (("a", "b"),)): 1.5}, {})
+    assert "shipper_retries_total 7\n" in text
+    assert 'x_custom{a="b"} 1.5' in text
+    assert "# TYPE x_custom untyped" in text
+
+
+# ---------------------------------------------------------------- rates, ETA
+
+def test_rate_over_window_and_restart_and_missing_keys() -> None:
+    r = RateTracker(window_s=10.0)
+    assert r.rate("in") is None
+    r.observe(100.0, {"in": 0, "f:a": 0})
+    assert r.rate("in") is None                      # one sample: no rate
+    r.observe(100.5, {"in": 50, "f:a": 10})
+    assert r.rate("in") is None                      # too short a span to trust
+    r.observe(102.0, {"in": 200, "f:a": 40})
+    assert r.rate("in") == pytest.approx(100.0)
+    assert r.rate("f:a") == pytest.approx(20.0)
+    assert r.rate("f:b") is None
+    for t in range(103, 130):                          # old samples fall out of the window
+        r.observe(float(t), {"in": 200 + (t - 102) * 10})
+    assert r.rate("in") == pytest.approx(10.0)
+    assert r.rate("f:a") is None                     # the file went away: forgotten
+    r.observe(130.0, {"in": 5})                      # a counter that restarted
+    assert r.rate("in") is None
+    r.observe(132.0, {"in": 25})
+    assert r.rate("in") == pytest.approx(10.0)
+
+
+def test_eta() -> None:
+    assert eta_s(0, None) == 0.0
+    assert eta_s(100, None) is None
+    assert eta_s(100, 0.0) is None
+    assert eta_s(1000, 250.0) == 4.0
+
+
+def test_health_down_after_config_key() -> None:
+    cfg = load_config_text("metrics: {health_down_after: 1500ms}\n")
+    assert cfg.metrics.health_down_after_s == 1.5
+    assert load_config_text("{}\n").metrics.health_down_after_s == 60.0
+
+
+# ---------------------------------------------------------------- Monitor over a real pipeline
+
+@dataclass
+class Observed:
+    """What the Monitor reads of a running Pipeline (its public status surface), as plain data."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    queue_events: int = 0
+    queue_bytes: int = 0
+    output_up: bool = True
+    last_error: str | None = None
+    at_risk: int = 0
+    events: TelemetryEvents = field(default_factory=lambda: TelemetryEvents(Metrics()))
+    spool: Any = field(default_factory=lambda: SimpleNamespace(spool=SimpleNamespace(dead_letters=0)))
+    client: Any = field(default_factory=lambda: SimpleNamespace(hosts=[SimpleNamespace(label="http://127.0.0.1:9200")]))
+
+    def file_status(self) -> list[dict[str, Any]]:
+        return [dict(f) for f in self.files]
+
+    def bytes_at_risk(self) -> int:
+        return self.at_risk
+
+    def set_output(self, up: bool, error: str | None) -> None:
+        """What the sending side does: its own state, and the occurrence for telemetry."""
+        self.output_up = up
+        if error:
+            self.last_error = error
+        self.events.output_state(up, error)
+
+
+@pytest.fixture
+def pipeline() -> Observed:
+    return Observed()
+
+
+def _monitor(p: Observed, down_after_s: float = 5.0) -> Monitor:
+    ev = p.events
+    assert isinstance(ev, TelemetryEvents)
+    return Monitor(ev.m, ev, down_after_s)
+
+
+def test_health_turns_503_only_after_the_threshold_and_recovers(pipeline: Observed) -> None:
+    mon = _monitor(pipeline, down_after_s=5.0)
+    t0 = time.monotonic()
+    assert mon.health(pipeline, t0) == (True, "ok")
+    pipeline.set_output(False, "http://user:hunter22@127.0.0.1:9: connection refused")
+    assert mon.health(pipeline, t0 + 4.0)[0] is True
+    ok, reason = mon.health(pipeline, t0 + 6.5)
+    assert not ok and reason.startswith("output down for 6s")
+    assert "connection refused" in reason and "hunter22" not in reason
+    assert mon.health(None, t0) == (False, "starting")
+    pipeline.set_output(True, None)
+    assert mon.health(pipeline, t0 + 100.0) == (True, "ok")
+
+
+def test_status_doc_has_the_spec_shape(pipeline: Observed) -> None:
+    mon = _monitor(pipeline)
+    row = {"path": "-", "inode": None, "incarnation": "abc", "offset": 100, "queued_offset": 100,
+           "size": 300, "lag_bytes": 200, "state": "reading"}
+    now = time.monotonic()
+    mon.sample(pipeline, now, [dict(row)])
+    mon.sample(pipeline, now + 2.0, [dict(row, offset=200, lag_bytes=100)])
+    doc = json.loads(json.dumps(mon.status_doc(pipeline, now + 2.0, [dict(row, offset=200, lag_bytes=100)])))
+    assert set(doc) >= {"files", "queue", "dead_letter", "output"}
+    assert set(doc["files"][0]) >= {"path", "inode", "offset", "size", "lag_bytes"}
+    assert doc["files"][0]["rate_bytes_per_s"] == 50.0 and doc["files"][0]["eta_s"] == 2.0
+    assert doc["queue"] == {"events": 0, "bytes": 0}
+    assert doc["dead_letter"] == 0
+    assert doc["output"]["up"] is True and doc["output"]["last_error"] is None
+    assert doc["eta_s"] == 2.0 and doc["lag_bytes"] == 100
+    pipeline.set_output(False, "HTTP 503 from http://127.0.0.1:9: unavailable")
+    doc = mon.status_doc(pipeline, time.monotonic())
+    assert doc["output"]["up"] is False and "503" in doc["output"]["last_error"]
+    assert doc["output"]["down_since"] is not None and doc["output"]["down_since"] <= time.time()
+    m = parse_prometheus(mon.m.render())
+    assert m["shipper_backlog_eta_seconds"] == 2.0
+
+
+def test_progress_logs_while_catching_up_then_once_caught_up(pipeline: Observed,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    mon = _monitor(pipeline)
+    big = {"path": "/x.log", "inode": 1, "incarnation": "i", "offset": 0, "queued_offset": 0,
+           "size": 3 * BACKLOG_MIN_BYTES, "lag_bytes": 3 * BACKLOG_MIN_BYTES, "state": "active"}
+    caplog.set_level(logging.INFO, logger="shipper")
+    now = 1000.0
+    files = mon.sample(pipeline, now, [big])
+    mon.progress(pipeline, now, files)
+    files = mon.sample(pipeline, now + 2, [dict(big, offset=BACKLOG_MIN_BYTES, lag_bytes=2 * BACKLOG_MIN_BYTES)])
+    mon.progress(pipeline, now + 2, files)       # within PROGRESS_EVERY_S: no second line
+    files = mon.sample(pipeline, now + 12, [dict(big, offset=2 * BACKLOG_MIN_BYTES, lag_bytes=BACKLOG_MIN_BYTES)])
+    mon.progress(pipeline, now + 12, files)
+    files = mon.sample(pipeline, now + 14, [dict(big, offset=3 * BACKLOG_MIN_BYTES, lag_bytes=0)])
+    mon.progress(pipeline, now + 14, files)
+    mon.progress(pipeline, now + 30, files)
+    msgs = [(r.getMessage(), r.__dict__) for r in caplog.records if r.name == "shipper"]
+    assert [m for m, _ in msgs] == ["catching up", "catching up", "caught up"]
+    second = msgs[1][1]
+    assert second["lag_bytes"] == BACKLOG_MIN_BYTES
+    assert second["bytes_out_per_s"] == pytest.approx(2 * BACKLOG_MIN_BYTES / 12, rel=0.01)
+    assert second["eta_s"] == pytest.approx(6.0, abs=0.1)
+
+
+# ---------------------------------------------------------------- the Grafana dashboard
+
+def _dashboard_exprs() -> list[str]:
+    dash = json.loads((REPO / "config" / "grafana-dashboard.json").read_text())
+    exprs = []
+    for panel in dash["panels"]:
+        for t in panel.get("targets", []):
+            exprs.append(t["expr"])
+    for var in dash.get("templating", {}).get("list", []):
+        q = var.get("query")
+        if isinstance(q, dict):
+            exprs.append(q.get("query", ""))
+    return exprs
+
+
+def test_every_metric_the_dashboard_queries_exists() -> None:
+    exposed = set(parse_prometheus(Metrics().render()))
+    exposed_names = {k.split("{")[0] for k in exposed}
+    # a fresh process has no labelled series yet; these families appear with their first sample
+    rendered_families = {line.split()[2] for line in Metrics().render().splitlines() if line.startswith("# TYPE")}
+    queried: set[str] = set()
+    for expr in _dashboard_exprs():
+        queried.update(re.findall(r"\bshipper_[a-z_]+\b", expr))
+    assert queried, "the dashboard queries no shipper metric"
+    missing = []
+    for name in sorted(queried):
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        if name in exposed_names or name in rendered_families:
+            continue
+        if base != name and HELP.get(base, ("",))[0] == "histogram" and name in exposed_names:
+            continue
+        missing.append(name)
+    assert not missing, f"dashboard queries metrics shipper does not expose: {missing}"
+    # the panels the issue asks for
+    text = " ".join(_dashboard_exprs())
+    for needed in ("shipper_events_read_total", "shipper_events_shipped_total", "shipper_file_lag_bytes",
+                   "shipper_queue_events", "shipper_retries_total", "shipper_events_dead_letter_total",
+                   "shipper_bulk_items_total"):
+        assert needed in text
+
+
+def test_dashboard_is_importable_grafana_json() -> None:
+    dash: dict[str, Any] = json.loads((REPO / "config" / "grafana-dashboard.json").read_text())
+    assert dash["uid"] and dash["title"] and dash["schemaVersion"] >= 30
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in dash["panels"]:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0
+        assert p["targets"] and all(t["refId"] for t in p["targets"])
