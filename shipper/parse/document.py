@@ -28,29 +28,57 @@ def doc_id(incarnation: str, offset: int) -> str:
     return f"{incarnation}-{offset}"
 
 
-def _event_time(doc: dict[str, Any], now: float, tz: str) -> tuple[float, str | None]:
-    """(epoch seconds, @timestamp text or None to format it) from pino/bunyan/@timestamp/timestamp."""
-    ts = doc.get("@timestamp")
-    if isinstance(ts, str):
-        t = parse_timestamp(ts, now, tz)
-        if t is not None:
-            return t, format_timestamp(t)
-    t_raw = doc.get("time")
-    if isinstance(t_raw, (int, float)) and not isinstance(t_raw, bool):
-        # pino: epoch milliseconds (seconds if it is implausibly small)
-        return (t_raw / 1000.0 if t_raw > 1e11 else float(t_raw)), None
-    if isinstance(t_raw, str):
-        t = parse_timestamp(t_raw, now, tz)
-        if t is not None:
-            return t, None
-    ts2 = doc.get("timestamp")
-    if isinstance(ts2, str):
-        t = parse_timestamp(ts2, now, tz)
-        if t is not None:
-            return t, None
-    elif isinstance(ts2, (int, float)) and not isinstance(ts2, bool):
-        return (ts2 / 1000.0 if ts2 > 1e11 else float(ts2)), None
-    return now, None
+_MAX_EPOCH_S = 253402300800.0   # 10000-01-01: past it no ISO 8601 @timestamp (nor index date) exists
+
+
+def _usable(t: float | None) -> bool:
+    return t is not None and 0.0 <= t < _MAX_EPOCH_S
+
+
+def _epoch(value: Any, now: float, tz: str) -> float | None:
+    """Epoch seconds from a JSON time value: a number (ms when it is too large for seconds) or a
+    text in a known layout; None when unusable (unparseable, or outside years 1970..9999)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        t = value / 1000.0 if value > 1e11 else float(value)
+    elif isinstance(value, str):
+        t = parse_timestamp(value, now, tz)
+    else:
+        return None
+    return t if _usable(t) else None
+
+
+def _event_time(doc: dict[str, Any], now: float, tz: str) -> float:
+    """Epoch seconds of the event: an existing `@timestamp`, pino's `time` (epoch ms) or bunyan's
+    (ISO), `timestamp`; the first usable one wins, else `now` (the time it was read)."""
+    for key in ("@timestamp", "time", "timestamp"):
+        value = doc.get(key)
+        if value is not None:
+            t = _epoch(value, now, tz)
+            if t is not None:
+                return t
+    return now
+
+
+def _copy_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
+
+
+def _merge(doc: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Deep-merge `extra` (the input's fields) into doc: objects merge, anything else replaces.
+    Inserted objects are copies, so later changes to one document never reach the config."""
+    for k, v in extra.items():
+        if isinstance(v, dict):
+            cur = doc.get(k)
+            if isinstance(cur, dict):
+                _merge(cur, v)
+                continue
+        doc[k] = _copy_json(v)
 
 
 class DocBuilder:
@@ -60,6 +88,7 @@ class DocBuilder:
         self.format = inp.format
         self.tz = inp.timezone
         self.fields = dict(inp.fields)
+        self._fields_flat = not any(isinstance(v, (dict, list)) for v in self.fields.values())
         self.host_name = host_name
         self.router = IndexRouter(inp.index or default_index)
         self.regex: Any = None
@@ -91,7 +120,10 @@ class DocBuilder:
         obj: Any = None
         fmt = self.format
         if fmt == "auto" or fmt == "json":
-            if data[:1] == b"{":
+            head = data[:1]
+            if head in b" \t" and head:
+                head = data.lstrip(b" \t")[:1]
+            if head == b"{":
                 try:
                     obj = _loads(data)
                 except _JSONDecodeError:
@@ -108,7 +140,7 @@ class DocBuilder:
             doc: dict[str, Any] = obj
             if self.line_filter is not None and not self.line_filter.keep(data.decode("utf-8", "replace")):
                 return None
-            t, ts_text = _event_time(doc, now, self.tz)
+            t, ts_text = _event_time(doc, now, self.tz), None
             msg = doc.get("msg")
             if msg is not None and "message" not in doc:
                 doc["message"] = msg
@@ -128,9 +160,17 @@ class DocBuilder:
                     pts = parsed.get("@timestamp")
                     if isinstance(pts, str):
                         pt = parse_timestamp(pts, now, "UTC")
-                        if pt is not None:
-                            t, ts_text = pt, pts
+                        if _usable(pt):
+                            t, ts_text = pt, pts  # type: ignore[assignment]
+        if not _usable(t):
+            t = now
         doc["@timestamp"] = ts_text or format_timestamp(t)
+        if self.fields:
+            # before the fields SPEC always adds, so `fields: {log: {...}}` cannot drop log.offset
+            if self._fields_flat:
+                doc.update(self.fields)
+            else:
+                _merge(doc, self.fields)
         if flags:
             fl = fl or []
             if flags & (FLAG_TRUNCATED | FLAG_MULTILINE_CAPPED):
@@ -139,11 +179,18 @@ class DocBuilder:
         if not isinstance(log, dict):
             log = {} if log is None else {"original": log}
             doc["log"] = log
-        if isinstance(level, int) and not isinstance(level, bool) and "level" not in log:
-            name = LEVEL_NAMES.get(level)
-            if name:
-                log["level"] = name
-        log["file"] = {"path": path}
+        if "level" not in log:
+            if isinstance(level, int) and not isinstance(level, bool):
+                name = LEVEL_NAMES.get(level)
+                if name:
+                    log["level"] = name
+            elif isinstance(level, str) and level:
+                log["level"] = level          # pino with a level formatter, winston, structlog
+        lf = log.get("file")
+        if isinstance(lf, dict):
+            lf["path"] = path
+        else:
+            log["file"] = {"path": path}
         log["offset"] = offset
         if fl:
             old = log.get("flags")
@@ -155,8 +202,6 @@ class DocBuilder:
             doc["host"] = {"name": self.host_name}
         else:
             doc["host"] = {"name": self.host_name, "original": host}
-        if self.fields:
-            doc.update(self.fields)
         if self.transform is not None:
             doc = self.transform.apply(doc)
         return doc, t
