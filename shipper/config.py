@@ -128,6 +128,7 @@ class Config:
     retry: RetryConfig = field(default_factory=RetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     max_open_files: int = 1024
+    clean_removed_after_s: float = 3600.0   # checkpoints of files gone and fully shipped are forgotten after this
     source: str | None = None
 
 
@@ -571,6 +572,7 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
         retry=retry,
         metrics=MetricsConfig(listen=listen, health_down_after_s=health_down_after_s),
         max_open_files=s.integer("max_open_files", 1024),
+        clean_removed_after_s=s.duration("clean_removed_after", 3600.0, positive=True),
         source=file,
     )
     s.finish()

@@ -1,16 +1,19 @@
-"""One harvester per file incarnation: owns the fd, the read position and the rotation state machine.
+"""One harvester per open file: owns the fd, the read position and the rotation state machine.
 
 It reads bounded chunks and returns complete lines (via `LineSplitter`); it never parses, batches
 or talks HTTP. Rename rotation: the old fd is read to its end while the path gets a new harvester.
-Truncation (size below our position, or the first bytes changed): a new incarnation from 0.
-A deleted file that is still open is read to its end before it is closed.
+Truncation (size below our position, or the bytes we read are no longer there): a new incarnation
+from 0. A deleted file that is still open is read to its end before it is closed. A compressed
+rotated copy (`.gz`) is read through gzip, transparently, with the same offsets as the original.
 """
 
 from __future__ import annotations
 
 import errno
+import gzip
 import os
 import stat as stat_mod
+import zlib
 from typing import Literal
 
 from shipper.model import Checkpoint, Line
@@ -18,26 +21,38 @@ from shipper.tail import identity
 from shipper.tail.lines import LineSplitter
 
 State = Literal["active", "renamed", "deleted", "closed"]
+Change = Literal["grown", "same", "truncated", "renamed", "deleted"]
 
 CHUNK_BYTES = 1024 * 1024
+TAIL_BYTES = 32          # the last bytes read, checked again to tell a copytruncate from growth
 
 
 class Harvester:
-    """Reads one file incarnation. `checkpoint.offset` is updated by the pipeline, not here."""
+    """Reads one file (or a rotated copy of it) for one incarnation.
+
+    `checkpoint.offset` is updated by the pipeline, not here. `path` is where the file was opened
+    (for stat checks and logs); the checkpoint's path is the one its documents carry.
+    """
 
     def __init__(self, path: str, fd: int, st: os.stat_result, checkpoint: Checkpoint,
-                 max_line_bytes: int, now: float) -> None:
+                 max_line_bytes: int, now: float, *, start_offset: int | None = None,
+                 gz: GzipReader | None = None, size_hint: int | None = None) -> None:
         self.path = path
         self.fd = fd
         self.dev = st.st_dev
         self.inode = st.st_ino
-        self.size = st.st_size
+        self.size = st.st_size if gz is None else max(size_hint or 0, 0)
+        self.mtime_ns = st.st_mtime_ns
         self.checkpoint = checkpoint
-        self.splitter = LineSplitter(checkpoint.offset, max_line_bytes)
+        start = checkpoint.offset if start_offset is None else start_offset
+        self.splitter = LineSplitter(start, max_line_bytes)
         self.state: State = "active"
         self.last_growth = now      # monotonic time the file last grew (or was opened)
         self.at_eof = False
         self.truncations = 0
+        self.error: str | None = None   # a compressed copy that could not be read (yet)
+        self._gz = gz
+        self._tail = b""
 
     # ------------------------------------------------------------------ reading
 
@@ -46,26 +61,49 @@ class Harvester:
         return self.splitter.read_position
 
     @property
+    def compressed(self) -> bool:
+        return self._gz is not None
+
+    @property
     def lag_bytes(self) -> int:
         return max(0, self.size - self.checkpoint.offset)
 
     def read(self, max_bytes: int = CHUNK_BYTES) -> list[Line]:
         """Read up to max_bytes from the current position; [] at EOF (at_eof is then set)."""
         pos = self.splitter.read_position
-        try:
-            chunk = os.pread(self.fd, max_bytes, pos)
-        except OSError as e:
-            if e.errno in (errno.EIO, errno.ESTALE):
-                self.at_eof = True
-                return []
-            raise
+        if self._gz is not None:
+            chunk = self._read_gz(pos, max_bytes)
+        else:
+            try:
+                chunk = os.pread(self.fd, max_bytes, pos)
+            except OSError as e:
+                if e.errno in (errno.EIO, errno.ESTALE):
+                    self.at_eof = True
+                    return []
+                raise
         if not chunk:
             self.at_eof = True
+            if self._gz is not None and self.error is None:
+                self.size = pos         # a compressed copy's real size is known at its end
             return []
         self.at_eof = len(chunk) < max_bytes
         if pos + len(chunk) > self.size:
             self.size = pos + len(chunk)
+        n = len(chunk)
+        self._tail = chunk[-TAIL_BYTES:] if n >= TAIL_BYTES else (self._tail + chunk)[-TAIL_BYTES:]
         return self.splitter.feed(chunk)
+
+    def _read_gz(self, pos: int, max_bytes: int) -> bytes:
+        gz = self._gz
+        assert gz is not None
+        try:
+            if gz.tell() != pos:
+                gz.seek(pos)        # forward: decompresses and discards up to the recorded offset
+            return gz.read(max_bytes)
+        except (EOFError, OSError, zlib.error) as e:
+            # e.g. logrotate is still writing this .gz: the pipeline retries it later
+            self.error = f"{type(e).__name__}: {e}"
+            return b""
 
     def flush_partial(self) -> list[Line]:
         """The file will not grow any more: its last line without newline counts as a line."""
@@ -73,29 +111,50 @@ class Harvester:
 
     # ------------------------------------------------------------------ state checks
 
-    def check(self, now: float) -> Literal["grown", "same", "truncated", "renamed", "deleted"]:
+    def _content_holds(self) -> bool:
+        """Are the bytes we fingerprinted and the last bytes we read still where they were?
+
+        A copytruncate followed at once by new writes (or by a writer without O_APPEND that leaves
+        a NUL hole up to its old offset) need not shrink the file below our position: the content
+        tells, not the size.
+        """
+        cp = self.checkpoint
+        if cp.fp_len and not identity.matches(self.fd, cp.fp_len, cp.fp):
+            return False
+        tail = self._tail
+        if tail and tail.strip(b"\x00"):
+            pos = self.splitter.read_position
+            if pos >= len(tail) and os.pread(self.fd, len(tail), pos - len(tail)) != tail:
+                return False
+        return True
+
+    def check(self, now: float) -> Change:
         """fstat the fd and stat the path; decide what happened since the last look."""
+        if self.fd < 0 or self._gz is not None:
+            return "same"            # a compressed copy never changes
         try:
             fst = os.fstat(self.fd)
         except OSError:
+            self.state = "deleted"
             return "deleted"
         size = fst.st_size
         pos = self.splitter.read_position
         if size < pos:
             return "truncated"
-        if size != self.size:
-            self.size = size
-            if size > pos:
+        if size != self.size or fst.st_mtime_ns != self.mtime_ns:
+            if size > self.size:
                 self.last_growth = now
-                # copytruncate followed quickly by new writes: the size alone may not shrink below
-                # our position, but the first bytes are no longer the ones we fingerprinted.
-                if self.checkpoint.fp_len and not identity.matches(self.fd, self.checkpoint.fp_len, self.checkpoint.fp):
-                    return "truncated"
+            self.size = size
+            self.mtime_ns = fst.st_mtime_ns
+            if not self._content_holds():
+                return "truncated"
+        if fst.st_nlink == 0:
+            if self.state != "deleted":
+                self.state = "deleted"
+                return "deleted"
+            return "grown" if size > pos else "same"
         if self.state != "active":
             return "grown" if size > pos else "same"
-        if fst.st_nlink == 0:
-            self.state = "deleted"
-            return "deleted"
         try:
             pst = os.stat(self.path)
         except FileNotFoundError:
@@ -113,15 +172,18 @@ class Harvester:
         self.checkpoint = new_checkpoint
         self.splitter = LineSplitter(0, self.splitter.max_line_bytes)
         self.truncations += 1
+        self._tail = b""
+        self.at_eof = False
         try:
-            self.size = os.fstat(self.fd).st_size
+            fst = os.fstat(self.fd)
+            self.size, self.mtime_ns = fst.st_size, fst.st_mtime_ns
         except OSError:
             self.size = 0
 
     def refresh_fingerprint(self) -> bool:
         """Grow a short fingerprint as the file grows (tiny files are shipped at once). True if changed."""
         cp = self.checkpoint
-        if cp.fp_len >= identity.FP_MAX_BYTES or self.size <= cp.fp_len:
+        if self._gz is not None or cp.fp_len >= identity.FP_MAX_BYTES or self.size <= cp.fp_len:
             return False
         fp_len, fp = identity.fingerprint_fd(self.fd, self.size)
         if fp_len <= cp.fp_len:
@@ -130,6 +192,12 @@ class Harvester:
         return True
 
     def close(self) -> None:
+        if self._gz is not None:
+            try:
+                self._gz.close()
+            except (OSError, EOFError, zlib.error):
+                pass
+            self._gz = None
         if self.fd >= 0:
             try:
                 os.close(self.fd)
@@ -159,3 +227,26 @@ def open_file(path: str) -> tuple[int, os.stat_result] | None:
         os.close(fd)
         return None
     return fd, st
+
+
+class GzipReader:
+    """Sequential reads of a gzip file opened from an fd (dup'ed: the harvester keeps its own)."""
+
+    def __init__(self, fd: int) -> None:
+        self._raw = os.fdopen(os.dup(fd), "rb")
+        self._gz = gzip.GzipFile(fileobj=self._raw, mode="rb")
+
+    def tell(self) -> int:
+        return self._gz.tell()
+
+    def seek(self, pos: int) -> int:
+        return self._gz.seek(pos)
+
+    def read(self, n: int) -> bytes:
+        return self._gz.read(n)
+
+    def close(self) -> None:
+        try:
+            self._gz.close()
+        finally:
+            self._raw.close()

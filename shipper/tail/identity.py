@@ -1,7 +1,9 @@
 """File incarnations: device + inode + a digest of the first bytes, and a persisted identifier.
 
 The fingerprint covers the first `fp_len` bytes (up to FP_MAX_BYTES), so a file smaller than that
-is recognised at once and the fingerprint grows with it. Keeps no fds open: callers pass one.
+is recognised at once and the fingerprint grows with it. Rotated siblings (`app.log.1`,
+`app.log-20260101`, `app.log.2.gz`) are matched by content, gzip read transparently. Keeps no
+fds open: callers pass one, or a path that is opened and closed here.
 """
 
 from __future__ import annotations
@@ -9,9 +11,21 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 import secrets
+import stat as stat_mod
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Literal
 
 FP_MAX_BYTES = 1024
+
+Kind = Literal["renamed", "copy", "gz"]
+
+# what logrotate appends: .N, -YYYYMMDD (dateext, any dateformat of digits and - _ .), then .gz etc.
+_ROTATED_SUFFIX = re.compile(r"^[.\-_](?:\d+|\d{4}[\d.\-_]*)(?:\.(?:gz|z|Z|bz2|xz|zst|lz4))?$")
+GZIP_SUFFIXES = (".gz", ".z", ".Z")
 
 
 def new_incarnation() -> str:
@@ -33,6 +47,11 @@ def fingerprint_fd(fd: int, size: int) -> tuple[int, str]:
     return len(head), digest(head)
 
 
+def fingerprint_head(head: bytes) -> tuple[int, str]:
+    head = head[:FP_MAX_BYTES]
+    return len(head), digest(head)
+
+
 def matches(fd: int, fp_len: int, fp: str) -> bool:
     """Does the open file still start with the bytes the fingerprint was taken over?"""
     if fp_len == 0:
@@ -41,20 +60,127 @@ def matches(fd: int, fp_len: int, fp: str) -> bool:
     return len(head) == fp_len and digest(head) == fp
 
 
+def head_matches(head: bytes, fp_len: int, fp: str) -> bool:
+    """Do these first bytes of a file (at least fp_len of them) carry the fingerprint?"""
+    if fp_len == 0:
+        return False          # an empty file's fingerprint names nothing: never match by content
+    return len(head) >= fp_len and digest(head[:fp_len]) == fp
+
+
+def is_compressed(path: str) -> bool:
+    return path.endswith(GZIP_SUFFIXES)
+
+
 def head_of_path(path: str, n: int = FP_MAX_BYTES) -> bytes:
     """First n bytes of a file, decompressing .gz transparently; b'' when unreadable."""
     try:
-        if path.endswith(".gz"):
+        if is_compressed(path):
             with gzip.open(path, "rb") as g:
                 return g.read(n)
         with open(path, "rb") as f:
             return f.read(n)
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):
         return b""
 
 
 def path_matches(path: str, fp_len: int, fp: str) -> bool:
-    if fp_len == 0:
-        return False
-    head = head_of_path(path, fp_len)
-    return len(head) == fp_len and digest(head) == fp
+    return head_matches(head_of_path(path, fp_len), fp_len, fp)
+
+
+def gzip_size_hint(path: str) -> int | None:
+    """The uncompressed size a gzip member records in its trailer (mod 2**32); None if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            tail = f.read(4)
+    except OSError:
+        return None
+    if len(tail) != 4:
+        return None
+    return int(struct.unpack("<I", tail)[0])
+
+
+def is_rotated_name(base: str, name: str) -> bool:
+    """Is `name` what logrotate makes of `base` (`.1`, `-20260101`, `.2.gz`, `-20260101.gz`)?"""
+    return name.startswith(base) and len(name) > len(base) and bool(_ROTATED_SUFFIX.match(name[len(base):]))
+
+
+def rotated_bases(name: str) -> list[str]:
+    """The names that `name` could be a rotation of (`app.log.1.gz` -> `app.log`)."""
+    return [name[:i] for i in range(1, len(name)) if name[i] in ".-_" and _ROTATED_SUFFIX.match(name[i:])]
+
+
+def rotated_siblings(path: str, listing: Iterable[str] | None = None) -> list[str]:
+    """Paths beside `path` whose names are rotations of its name (no I/O when `listing` is given)."""
+    d, base = os.path.split(path)
+    if listing is None:
+        try:
+            listing = os.listdir(d or ".")
+        except OSError:
+            return []
+    return [os.path.join(d, n) for n in listing if is_rotated_name(base, n)]
+
+
+@dataclass(frozen=True, slots=True)
+class Sibling:
+    """A rotated sibling as seen now: its stat and its first bytes (decompressed for .gz)."""
+
+    path: str
+    dev: int
+    inode: int
+    size: int                 # on-disk size; for .gz the trailer's uncompressed size (mod 2**32)
+    mtime: float
+    mtime_ns: int
+    head: bytes
+    compressed: bool
+
+
+def look_at(path: str) -> Sibling | None:
+    """Stat and read the head of one regular file; None when it vanished or is not a file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat_mod.S_ISREG(st.st_mode):
+        return None
+    comp = is_compressed(path)
+    head = head_of_path(path)
+    size = st.st_size
+    if comp:
+        hint = gzip_size_hint(path)
+        size = hint if hint is not None else 0
+    return Sibling(path, st.st_dev, st.st_ino, size, st.st_mtime, st.st_mtime_ns, head, comp)
+
+
+def classify(sib: Sibling, dev: int, inode: int, fp_len: int, fp: str) -> Kind | None:
+    """Is this sibling the incarnation (dev, inode, fingerprint)? As the same inode renamed, as a
+    plain copy (copytruncate), or compressed. None when its first bytes say otherwise."""
+    if not head_matches(sib.head, fp_len, fp) and not (fp_len == 0 and sib.dev == dev and sib.inode == inode):
+        return None
+    if sib.compressed:
+        return "gz"
+    if sib.dev == dev and sib.inode == inode:
+        return "renamed"
+    return "copy"
+
+
+def find_incarnation(path: str, dev: int, inode: int, fp_len: int, fp: str, offset: int,
+                     siblings: Iterable[Sibling], *, copies_only: bool = False) -> tuple[Kind, Sibling] | None:
+    """Where the content of incarnation (dev, inode, fp) of `path` lives now among its rotated
+    siblings. The same inode renamed wins; then plain copies, then compressed ones; among those,
+    the most recently modified that holds at least `offset` bytes (an older copy that shares the
+    first bytes of a short file is not it)."""
+    best: tuple[int, float, Kind, Sibling] | None = None
+    rank = {"renamed": 0, "copy": 1, "gz": 2}
+    for sib in siblings:
+        if sib.path == path:
+            continue
+        kind = classify(sib, dev, inode, fp_len, fp)
+        if kind is None or (copies_only and kind == "renamed"):
+            continue
+        if kind != "gz" and sib.size < offset:
+            continue
+        key = (rank[kind], -sib.mtime)
+        if best is None or key < (best[0], best[1]):
+            best = (key[0], key[1], kind, sib)
+    return None if best is None else (best[2], best[3])
