@@ -51,6 +51,7 @@ class Harvester:
         self.at_eof = False
         self.truncations = 0
         self.error: str | None = None   # a compressed copy that could not be read (yet)
+        self.suspect = False            # the bytes before our position changed: a truncation
         self._gz = gz
         self._tail = b""
 
@@ -71,16 +72,28 @@ class Harvester:
     def read(self, max_bytes: int = CHUNK_BYTES) -> list[Line]:
         """Read up to max_bytes from the current position; [] at EOF (at_eof is then set)."""
         pos = self.splitter.read_position
+        if self.suspect:
+            self.at_eof = True
+            return []
         if self._gz is not None:
             chunk = self._read_gz(pos, max_bytes)
         else:
+            # Read the last bytes we read once more in front of the new ones: if they are not the
+            # same, the file was truncated and written again (copytruncate, a NUL hole) and what
+            # follows belongs to a new incarnation. Told by content, before anything is consumed.
+            k = len(self._tail)
             try:
-                chunk = os.pread(self.fd, max_bytes, pos)
+                data = os.pread(self.fd, max_bytes + k, pos - k)
             except OSError as e:
                 if e.errno in (errno.EIO, errno.ESTALE):
                     self.at_eof = True
                     return []
                 raise
+            if k and data[:k] != self._tail:
+                self.suspect = True
+                self.at_eof = True
+                return []
+            chunk = data[k:] if k else data
         if not chunk:
             self.at_eof = True
             if self._gz is not None and self.error is None:
@@ -139,7 +152,7 @@ class Harvester:
             return "deleted"
         size = fst.st_size
         pos = self.splitter.read_position
-        if size < pos:
+        if size < pos or self.suspect:
             return "truncated"
         if size != self.size or fst.st_mtime_ns != self.mtime_ns:
             if size > self.size:
@@ -173,6 +186,7 @@ class Harvester:
         self.splitter = LineSplitter(0, self.splitter.max_line_bytes)
         self.truncations += 1
         self._tail = b""
+        self.suspect = False
         self.at_eof = False
         try:
             fst = os.fstat(self.fd)
