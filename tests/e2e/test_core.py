@@ -283,6 +283,34 @@ def test_a_file_recreated_while_the_daemon_is_stopped(tmp_path: Path, es: ES, os
     assert d.alive
 
 
+def fixed_line(seq: int) -> bytes:
+    """Lines of one length, so two files with as many lines have the same size."""
+    return b'{"level":30,"msg":"fixed width","seq":%d}\n' % seq
+
+
+def test_inode_reuse_with_the_same_size_after_the_file_was_closed(tmp_path: Path, es: ES, osmem_clone: Any,
+                                                                   daemon_factory: Any) -> None:
+    """The daemon closed an idle file; it is deleted and a file of the very same size is created at
+    the same path, on the inode just freed (ext4 and tmpfs hand it out again at once). Same path,
+    same inode, same size: only the content tells, and the new content must be shipped."""
+    logs = setup_logs(tmp_path)
+    log = logs / "app.log"
+    write_lines(log, range(100_000, 100_300), line_fn=fixed_line)
+    d = daemon_factory(config(tmp_path, osmem_clone.url, [log], input={"close_inactive": "300ms"}, log_level="debug"))
+    d.wait_ready()
+    wait_count(es, 300, daemon=d)
+    wait_until(lambda: "inactive" in d.output(), lambda: f"the idle file closed\n{d.tail(20)}", timeout_s=20)
+    ino, size = log.stat().st_ino, log.stat().st_size
+    log.unlink()
+    write_lines(log, range(200_000, 200_300), line_fn=fixed_line)
+    assert log.stat().st_size == size
+    reused = log.stat().st_ino == ino
+    wait_count(es, 600, daemon=d)
+    docs = es.assert_exactly_once([*range(100_000, 100_300), *range(200_000, 200_300)], index=INDEX + "*")
+    assert len({h["_id"].rsplit("-", 1)[0] for h in docs}) == 2, reused
+    assert d.alive
+
+
 # ---------------------------------------------------------------- 6. config errors: exit 2, key, file, line
 
 BASE = """\
