@@ -227,6 +227,7 @@ class Monitor:
         """file_status() plus each file's recent shipping rate (bytes/s) and ETA."""
         files = list(p.file_status()) if p is not None else []
         files.extend(extra_files)
+        files.sort(key=lambda f: str(f.get("path")))
         for f in files:
             r = self.rates.rate("f:" + str(f.get("incarnation")))
             f["rate_bytes_per_s"] = _round(r)
@@ -255,14 +256,20 @@ class Monitor:
         m.set("shipper_dead_letter_events", p.spool.spool.dead_letters)
         down = self.down_for_s(p, now)
         m.set("shipper_output_down_seconds", round(down, 1) if down is not None else 0)
-        eta = self._total_eta(files)
+        eta = self._total_eta(files, p.queue_events)
         m.set("shipper_backlog_eta_seconds", round(eta, 1) if eta is not None else -1)
         return files
 
-    def _total_eta(self, files: list[dict[str, Any]]) -> float | None:
+    def _total_eta(self, files: list[dict[str, Any]], queue_events: int = 0) -> float | None:
+        """The larger of two estimates: file lag over the shipped-offset rate (offsets advance in
+        steps, when every record of a commit is acked) and the queue over the events-out rate."""
         lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
-        rate = sum(f["rate_bytes_per_s"] or 0.0 for f in files)
-        return eta_s(lag, rate)
+        by_bytes = eta_s(lag, sum(f["rate_bytes_per_s"] or 0.0 for f in files))
+        by_events = eta_s(queue_events, self.rates.rate("out")) if queue_events else None
+        known = [e for e in (by_bytes, by_events) if e is not None]
+        if lag <= 0 and not queue_events:
+            return 0.0
+        return max(known) if known else None
 
     def down_for_s(self, p: Any, now: float) -> float | None:
         """How long the output has been down in this episode; None while it is up."""
@@ -301,7 +308,7 @@ class Monitor:
             "rates": {"events_in_per_s": _round(self.rates.rate("in")),
                       "events_out_per_s": _round(self.rates.rate("out")),
                       "bytes_out_per_s": _round(sum(f["rate_bytes_per_s"] or 0.0 for f in files))},
-            "lag_bytes": lag, "eta_s": _round(self._total_eta(files)),
+            "lag_bytes": lag, "eta_s": _round(self._total_eta(files, p.queue_events if p else 0)),
             "read_total": int(self.m.get("shipper_events_read_total")),
             "shipped_total": int(self.m.get("shipper_events_shipped_total")),
             "bytes_at_risk": p.bytes_at_risk() if p else 0,
@@ -315,7 +322,7 @@ class Monitor:
         if backlog and now >= self._next_progress:
             self._next_progress = now + PROGRESS_EVERY_S
             self._backlog = True
-            eta = self._total_eta(files)
+            eta = self._total_eta(files, p.queue_events)
             log.info("catching up", extra={
                 "lag_bytes": lag, "queue_events": p.queue_events, "queue_bytes": p.queue_bytes,
                 "events_in_per_s": _round(self.rates.rate("in")), "events_out_per_s": _round(self.rates.rate("out")),
@@ -354,6 +361,22 @@ class TelemetryEvents(Events):
 
     def file_error(self, path: str, error: str) -> None:
         log.warning("file error", extra={"path": path, "error": error})
+
+    def file_parked(self, path: str, inode: int, offset: int, reason: str) -> None:
+        log.debug("file parked", extra={"path": path, "inode": inode, "offset": offset, "reason": reason})
+
+    def file_reopened(self, path: str, inode: int, offset: int) -> None:
+        log.debug("file reopened", extra={"path": path, "inode": inode, "offset": offset})
+
+    def rotated_copy_opened(self, path: str, copy_path: str, incarnation: str, offset: int) -> None:
+        log.info("reading the rest from a rotated copy", extra={"path": path, "copy": copy_path,
+                                                               "incarnation": incarnation, "offset": offset})
+
+    def bytes_lost(self, path: str, inode: int, nbytes: int, reason: str) -> None:
+        log.warning("unread bytes lost", extra={"path": path, "inode": inode, "bytes": nbytes, "reason": reason})
+
+    def checkpoints_forgotten(self, count: int, remaining: int) -> None:
+        log.info("checkpoints of removed files forgotten", extra={"count": count, "remaining": remaining})
 
     def lines_read(self, path: str, count: int, nbytes: int) -> None:
         self.m.inc("shipper_events_read_total", count)

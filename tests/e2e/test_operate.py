@@ -6,14 +6,14 @@ is down past `metrics.health_down_after`. Real daemon, real files, osmem behind 
 from __future__ import annotations
 
 import json
-import os
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.daemon import metric_key, parse_prometheus, write_config
+from tests.support.daemon import metric_key, write_config
 from tests.support.es import ES
 from tests.support.proxy import FaultProxy
 from tests.support.wait import wait_until

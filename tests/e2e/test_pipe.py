@@ -127,3 +127,4 @@ def test_pipe_destination_down_exits_1_and_run_delivers_the_rest_once(
     wait_until(lambda: d.status_json()["queue"]["events"] == 0, "the daemon to drain the pipe's queue", timeout_s=10)
     es.assert_exactly_once(range(2000), index=INDEX + "*")
     assert d.alive
+    assert '"path":"-"' not in d.output(), "the daemon must not treat the piped stream as a file to open"

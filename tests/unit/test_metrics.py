@@ -283,3 +283,18 @@ def test_dashboard_is_importable_grafana_json() -> None:
         g = p["gridPos"]
         assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0
         assert p["targets"] and all(t["refId"] for t in p["targets"])
+
+
+def test_total_eta_falls_back_to_queue_over_events_out_rate(pipeline: Observed) -> None:
+    mon = _monitor(pipeline)
+    row = {"path": "/a.log", "inode": 7, "incarnation": "i", "offset": 0, "queued_offset": 5000,
+           "size": 5000, "lag_bytes": 5000, "state": "active"}
+    pipeline.queue_events = 1000
+    mon.sample(pipeline, 100.0, [row])
+    mon.events.batch_acked(1, 200, 0)              # 200 events acked in 2 s, the file's offset not yet moved
+    mon.sample(pipeline, 102.0, [row])
+    doc = mon.status_doc(pipeline, 102.0, [row])
+    assert doc["rates"]["events_out_per_s"] == 100.0 and doc["files"][0]["eta_s"] is None
+    assert doc["eta_s"] == 10.0
+    pipeline.queue_events = 0
+    assert mon.status_doc(pipeline, 102.0, [dict(row, offset=5000, lag_bytes=0)])["eta_s"] == 0.0
