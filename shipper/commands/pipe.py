@@ -139,7 +139,8 @@ class StdinSource:
         await self._room()
 
     async def run(self) -> None:
-        """Read stdin to its end; the last line without a newline counts; commit what was read."""
+        """Read stdin to its end; there the last line without a newline counts (not when cancelled:
+        a line cut by an interrupt is incomplete). Commit what was read."""
         try:
             if self.is_file:
                 await self._read_file()
@@ -147,8 +148,8 @@ class StdinSource:
                 await self._read_stream()
         finally:
             self.eof = True
-            self.take(self.splitter.flush())
-            await self.p.commit()
+        self.take(self.splitter.flush())
+        await self.p.commit()
 
     async def _read_file(self) -> None:
         while True:
