@@ -20,14 +20,13 @@ from typing import Any
 
 from shipper.clock import Clock
 from shipper.config import Config, InputConfig
-from shipper.errors import SpoolFullError, TransportError
+from shipper.errors import SpoolFullError
 from shipper.events import Events
 from shipper.model import Checkpoint, DeadLetter, Line
 from shipper.parse.document import DocBuilder
 from shipper.ship import bulk as bulkproto
-from shipper.ship.backoff import Backoff
-from shipper.ship.client import BulkClient
-from shipper.spool import AsyncSpool, RecordMeta, decode_body, gzip_compress
+from shipper.ship.sender import Attempt, Sender
+from shipper.spool import AsyncSpool, RecordMeta, dlq_answer, dlq_claim
 from shipper.tail import discovery, identity
 from shipper.tail.harvester import CHUNK_BYTES, Harvester, open_file
 
@@ -37,6 +36,8 @@ POLL_S = 0.25                 # fallback look at open files when inotify said no
 ROTATED_GRACE_S = 5.0         # a rotated-away file is kept open this long after its last growth
 DELETED_GRACE_S = 1.0
 BODY_CACHE_BYTES = 16 * 1024 * 1024   # record bodies kept in memory for the senders; beyond: re-read
+RESUME_FRACTION = 0.75        # a paused reader resumes when the queue is below this share of max_bytes
+DLQ_CHECK_S = 1.0             # how often a sender looks for a `shipper dlq replay|purge` request
 
 
 @dataclass(slots=True)
@@ -82,8 +83,8 @@ class Pipeline:
         self.clock = clock
         self.rng = rng or random.Random()
         self.host_name = host_name or socket.gethostname()
-        self.backoff = Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s)
-        self.client = BulkClient(cfg.output, self.backoff, self.rng)
+        self.shipping = Sender(cfg, events, clock, self.rng)
+        self.client = self.shipping.client
         self.builders = [DocBuilder(inp, cfg.output.index, self.host_name) for inp in cfg.inputs]
         self.sources: dict[tuple[int, int], Source] = {}
         self.acc = Accumulator()
@@ -99,9 +100,8 @@ class Pipeline:
         self.paused = False
         self.first_scan_done = False
         self.done_files: dict[tuple[int, int], int] = {}   # (dev, ino) -> size when found fully read
-        self.output_up = True
-        self.last_error: str | None = None
-        self.last_success = time.monotonic()
+        self._spool_full = False
+        self._next_dlq_check = 0.0
         self.read_total = 0
         self.shipped_total = 0
         self._commit_lock = asyncio.Lock()
@@ -374,14 +374,31 @@ class Pipeline:
 
     # ================================================================ sending side
 
+    @property
+    def output_up(self) -> bool:
+        return self.shipping.up
+
+    @property
+    def last_error(self) -> str | None:
+        return self.shipping.last_error
+
+    @property
+    def last_success(self) -> float:
+        return self.shipping.last_success
+
     async def sender(self) -> None:
-        """Takes records from the outbox and delivers each until every item is acked or dead-lettered."""
+        """A worker: takes records from the outbox and delivers each until every item is acked or
+        dead-lettered. `max_in_flight` workers run; ship/sender.py decides how many may post at once."""
         while True:
+            await self._dlq_requests()
             while not self.outbox:
                 self.outbox_ready.clear()
                 if self.stopping and self.acc.empty():
                     return
-                await self.outbox_ready.wait()
+                try:
+                    await asyncio.wait_for(self.outbox_ready.wait(), timeout=DLQ_CHECK_S)
+                except asyncio.TimeoutError:
+                    await self._dlq_requests()
             meta, body = self.outbox.popleft()
             if body is not None:
                 self.cached_bytes -= len(body)
@@ -392,20 +409,31 @@ class Pipeline:
                 if body is None:
                     log.error("queue record missing", extra={"seq": meta.seq})
                     continue
-                dead = await self.deliver(meta, body)
+                dead = await self.shipping.deliver(Attempt(body, meta.gzipped, meta.events))
                 await self._ack(meta, dead)
             finally:
                 self.in_flight -= 1
                 self.wake.set()
 
-    async def _ack(self, meta: RecordMeta, dead: list[DeadLetter]) -> None:
+    async def _spool_write(self, fn: Any, *args: Any) -> Any:
+        """A spool write that waits out a full disk: logged once per episode, retried, never dropped.
+        SQLite rolls a failed transaction back, so the queue stays as it was before the attempt."""
         while True:
             try:
-                await self.spool.call(self.spool.spool.ack, meta.seq, dead)
-                break
+                result = await self.spool.call(fn, *args)
             except SpoolFullError as e:
-                self.events.spool_error(str(e))
+                if not self._spool_full:
+                    self._spool_full = True
+                    self.events.spool_error(str(e))
                 await self.clock.sleep(1.0)
+                continue
+            if self._spool_full:
+                self._spool_full = False
+                self.events.info("spool writable again")
+            return result
+
+    async def _ack(self, meta: RecordMeta, dead: list[DeadLetter]) -> None:
+        await self._spool_write(self.spool.spool.ack, meta.seq, dead)
         self.queue_events -= meta.events
         self.queue_bytes -= meta.stored_bytes
         delivered = meta.events - len(dead)
@@ -414,91 +442,45 @@ class Pipeline:
         if dead:
             self.events.dead_lettered(len(dead), dead[0].reason)
         self.events.queue_state(self.queue_events, self.queue_bytes)
-        if self.paused and self.queue_bytes < self.cfg.queue.max_bytes:
+        if self.paused and self._has_space():
             self.space.set()
 
-    def _set_output(self, up: bool, error: str | None) -> None:
-        if up:
-            self.last_success = time.monotonic()
-        if up != self.output_up or error:
-            self.events.output_state(up, error)
-        self.output_up = up
-        if error:
-            self.last_error = error
+    def _has_space(self) -> bool:
+        """Paused reading resumes below RESUME_FRACTION of queue.max_bytes, not just under it, so a
+        slow output does not flip reading on and off at every ack."""
+        return self.queue_bytes <= self.cfg.queue.max_bytes * RESUME_FRACTION
 
-    async def deliver(self, meta: RecordMeta, body: bytes) -> list[DeadLetter]:
-        """Send a record; retry what failed (only the failed items); split on 413. Returns dead letters."""
-        dead: list[DeadLetter] = []
-        pending: list[bytes] | None = None          # split pairs once anything but full success happened
-        send_body, gz, count = body, meta.gzipped, meta.events
-        attempt = 0
-        while True:
-            try:
-                reply = await self.client.post_bulk(send_body, gz)
-            except TransportError as e:
-                self.events.bulk_sent(e.host or "?", "error", count, len(send_body), 0.0)
-                attempt += 1
-                self._set_output(False, f"{e.host}: {e}")
-                delay = self.backoff.delay(attempt, self.rng)
-                self.events.retry_scheduled(str(e), delay, e.host)
-                await self.clock.sleep(delay)
-                continue
-            self.events.bulk_sent(reply.host, reply.status, count, len(send_body), reply.seconds)
-            status = reply.status
-            if 200 <= status < 300 and reply.answer is not None:
-                outcome = bulkproto.classify(reply.answer, count)
-                self.events.bulk_items(outcome.statuses)
-                if not outcome.retry and not outcome.dead:
-                    self._set_output(True, None)
-                    return dead
-                if pending is None:
-                    pending = bulkproto.split_pairs(decode_body(send_body, gz) if gz else send_body)
-                for i, st, reason in outcome.dead:
-                    dead.append(_dead_letter(pending[i], st, reason))
-                if not outcome.retry:
-                    self._set_output(True, None)
-                    return dead
-                pending = [pending[i] for i in outcome.retry]
-                attempt += 1
-                self._set_output(not outcome.blocked, outcome.first_error)
-                delay = self.backoff.delay(attempt, self.rng, reply.retry_after_s)
-                self.events.retry_scheduled(outcome.first_error or "item errors", delay, reply.host)
-                await self.clock.sleep(delay)
-                send_body, gz, count = await self._encode(pending)
-                continue
-            if status == 413 or (status == 400 and count > 1 and not (200 <= status < 300)):
-                # too large (or a whole-body rejection): halve until it fits; one doc alone goes to the DLQ
-                if pending is None:
-                    pending = bulkproto.split_pairs(decode_body(send_body, gz) if gz else send_body)
-                if len(pending) == 1:
-                    dead.append(_dead_letter(pending[0], status, _status_reason(status, reply.answer)))
-                    return dead
-                mid = len(pending) // 2
-                for half in (pending[:mid], pending[mid:]):
-                    b, g, _n = await self._encode(half)
-                    sub = RecordMeta(meta.seq, len(half), len(b), len(b), g)
-                    dead.extend(await self.deliver(sub, b))
-                return dead
-            if status == 400 and count == 1:
-                if pending is None:
-                    pending = bulkproto.split_pairs(decode_body(send_body, gz) if gz else send_body)
-                dead.append(_dead_letter(pending[0], status, _status_reason(status, reply.answer)))
-                return dead
-            # 429, 5xx, 401/403, 404, or an unreadable 2xx: retry the whole request with backoff
-            attempt += 1
-            reason = f"HTTP {status} from {reply.host}: {_status_reason(status, reply.answer)}"
-            self._set_output(False, reason)
-            if status in (401, 403):
-                log.error("output rejected credentials or is blocked; fix and it recovers", extra={"host": reply.host, "status": status})
-            delay = self.backoff.delay(attempt, self.rng, reply.retry_after_s)
-            self.events.retry_scheduled(reason, delay, reply.host)
-            await self.clock.sleep(delay)
+    async def _dlq_requests(self) -> None:
+        """`shipper dlq replay|purge` while the daemon runs: the command leaves a request file in
+        state_dir; one worker claims it (rename), acts through the spool thread, and answers."""
+        now = self.clock.monotonic()
+        if now < self._next_dlq_check:
+            return
+        self._next_dlq_check = now + DLQ_CHECK_S
+        request = await asyncio.to_thread(dlq_claim, self.cfg.state_dir)
+        if request is None:
+            return
+        action, nonce, claimed = request
+        count = 0
+        if action == "replay":
+            out = self.cfg.output
 
-    async def _encode(self, pairs: list[bytes]) -> tuple[bytes, bool, int]:
-        raw = bulkproto.join_pairs(pairs)
-        if self.cfg.output.compression == "gzip":
-            return await asyncio.to_thread(gzip_compress, raw), True, len(pairs)
-        return raw, False, len(pairs)
+            def bodies(items: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
+                return bulkproto.dead_letter_bodies(items, out.bulk_max_events, out.bulk_max_bytes)
+
+            records = await self._spool_write(self.spool.spool.replay_dead_letters, bodies, out.compression == "gzip")
+            for rmeta, stored in records:
+                count += rmeta.events
+                self.queue_events += rmeta.events
+                self.queue_bytes += rmeta.stored_bytes
+                self.outbox.append((rmeta, None))
+            if records:
+                self.outbox_ready.set()
+                self.events.queue_state(self.queue_events, self.queue_bytes)
+        elif action == "purge":
+            count = await self._spool_write(self.spool.spool.purge_dead_letters)
+        self.events.info("dead letters " + ("re-queued" if action == "replay" else "purged"), count=count)
+        await asyncio.to_thread(dlq_answer, self.cfg.state_dir, claimed, nonce, action, count)
 
     # ================================================================ the loops
 
@@ -518,7 +500,7 @@ class Pipeline:
             if now >= next_scan or (self.wake.is_set() and now - next_scan > -scan_every + 1.0):
                 await self.rescan()
                 next_scan = self.clock.monotonic() + scan_every
-            if self.queue_bytes >= self.cfg.queue.max_bytes:
+            if self.queue_bytes >= self.cfg.queue.max_bytes or (self.paused and not self._has_space()):
                 if not self.paused:
                     self.paused = True
                     self.events.backpressure(True, self.queue_bytes)
@@ -645,20 +627,3 @@ def _last_newline_end(fd: int, size: int) -> int:
     data = os.pread(fd, size - start, start)
     nl = data.rfind(b"\n")
     return start + nl + 1 if nl >= 0 else start if start else 0
-
-
-def _dead_letter(pair: bytes, status: int, reason: str) -> DeadLetter:
-    meta, source = bulkproto.pair_parts(pair)
-    return DeadLetter(index=str(meta.get("_index", "")), reason=reason, status=status, document=source,
-                      at=time.time(), doc_id=str(meta.get("_id", "")))
-
-
-def _status_reason(status: int, answer: dict[str, Any] | None) -> str:
-    if isinstance(answer, dict):
-        err = answer.get("error")
-        if isinstance(err, dict):
-            return f"{err.get('type', 'error')}: {err.get('reason', '')}"
-        if isinstance(err, str):
-            return err
-    return {401: "unauthorized", 403: "forbidden", 404: "not found", 413: "request entity too large",
-            429: "too many requests"}.get(status, f"HTTP {status}")

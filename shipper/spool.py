@@ -258,31 +258,116 @@ class Spool:
 
     def purge_dead_letters(self) -> int:
         keys = [k for k, _ in self.dead_letter_items()]
-        with self.cache.transact():
-            for k in keys:
-                self.cache.delete(k)
-        self.dead_letters = 0
+
+        def tx() -> None:
+            with self.cache.transact():
+                for k in keys:
+                    self.cache.delete(k)
+            self.dead_letters = 0
+
+        self._guard(tx)
         return len(keys)
 
-    def replay_dead_letters(self, make_body: Callable[[list[dict[str, Any]]], tuple[bytes, int]], gzip: bool) -> int:
-        """Re-queue every dead letter as a new record and drop it from the dead-letter queue (one transaction)."""
+    def replay_dead_letters(self, make_bodies: Callable[[list[dict[str, Any]]], list[tuple[bytes, int]]],
+                            gzip: bool) -> list[tuple[RecordMeta, bytes]]:
+        """Re-queue every dead letter as new records (bodies from `make_bodies`, each one bulk request)
+        and drop them from the dead-letter queue, in one transaction. Returns the new records."""
         items = self.dead_letter_items()
         if not items:
-            return 0
-        body, events = make_body([v for _, v in items])
-        stored = gzip_compress(body) if gzip else body
-        seq = self.next_seq
+            return []
+        bodies = make_bodies([v for _, v in items])
+        stored = [(gzip_compress(b) if gzip else b, b, n) for b, n in bodies if n]
         now = time.time()
-        with self.cache.transact():
-            self.cache.set(seq, stored)
-            self.cache.set(f"{_META}{seq}", {"events": events, "raw_bytes": len(body), "stored_bytes": len(stored),
-                                             "gzipped": gzip, "covers": {}, "at": now})
-            for k, _ in items:
-                self.cache.delete(k)
-        self.next_seq = seq + 1
-        self.pending[seq] = RecordMeta(seq, events, len(body), len(stored), gzip, {}, now)
-        self.dead_letters = 0
-        return len(items)
+
+        def tx() -> list[tuple[RecordMeta, bytes]]:
+            seq = self.next_seq
+            out = []
+            with self.cache.transact():
+                for st, raw, n in stored:
+                    self.cache.set(seq, st)
+                    self.cache.set(f"{_META}{seq}", {"events": n, "raw_bytes": len(raw), "stored_bytes": len(st),
+                                                      "gzipped": gzip, "covers": {}, "at": now})
+                    out.append((RecordMeta(seq, n, len(raw), len(st), gzip, {}, now), st))
+                    seq += 1
+                for k, _ in items:
+                    self.cache.delete(k)
+            self.next_seq = seq
+            for meta, _ in out:
+                self.pending[meta.seq] = meta
+            self.dead_letters = 0
+            return out
+
+        return self._guard(tx)
+
+
+# ---------------------------------------------------------------- dead-letter requests to a running daemon
+# `shipper dlq replay|purge` must not write the spool beside the daemon (its in-memory queue would
+# not know the new records), so it leaves a request file; the daemon claims it by renaming it,
+# acts on its own spool thread and writes the answer. A claimed request that a crash interrupted
+# is acted on at the next start (replay and purge are idempotent).
+
+DLQ_REQUEST = "dlq.request"
+DLQ_ANSWER = "dlq.answer"
+
+
+def dlq_request(state_dir: str, action: str, nonce: str) -> None:
+    """Leave a request for the daemon (atomically: it never sees half a file)."""
+    path = os.path.join(state_dir, DLQ_REQUEST)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{action} {nonce}\n")
+    os.replace(tmp, path)
+
+
+def dlq_cancel(state_dir: str) -> bool:
+    """Withdraw an unclaimed request; False when the daemon has claimed it already."""
+    try:
+        os.unlink(os.path.join(state_dir, DLQ_REQUEST))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def dlq_claim(state_dir: str) -> tuple[str, str, str] | None:
+    """The daemon's side: (action, nonce, claimed path) of a pending request, or None."""
+    path = os.path.join(state_dir, DLQ_REQUEST)
+    claimed = path + ".claimed"
+    if not os.path.exists(claimed):
+        try:
+            os.rename(path, claimed)
+        except FileNotFoundError:
+            return None
+    try:
+        with open(claimed) as f:
+            action, _, nonce = f.read().strip().partition(" ")
+    except OSError:
+        return None
+    if action not in ("replay", "purge"):
+        os.unlink(claimed)
+        return None
+    return action, nonce, claimed
+
+
+def dlq_answer(state_dir: str, claimed: str, nonce: str, action: str, count: int) -> None:
+    path = os.path.join(state_dir, DLQ_ANSWER)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{nonce} {action} {count}\n")
+    os.replace(tmp, path)
+    try:
+        os.unlink(claimed)
+    except FileNotFoundError:
+        pass
+
+
+def dlq_read_answer(state_dir: str, nonce: str) -> int | None:
+    """The count the daemon answered for this request, or None while there is no answer yet."""
+    try:
+        with open(os.path.join(state_dir, DLQ_ANSWER)) as f:
+            got, _action, count = f.read().split()
+    except (OSError, ValueError):
+        return None
+    return int(count) if got == nonce else None
 
 
 def decode_body(stored: bytes, gzipped: bool) -> bytes:

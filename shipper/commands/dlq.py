@@ -1,56 +1,101 @@
-"""`shipper dlq list|replay|purge`: the events Elasticsearch rejected for good."""
+"""`shipper dlq list|replay|purge`: the events Elasticsearch rejected for good.
+
+Stopped daemon: the command opens the spool itself (holding the state lock meanwhile). Running
+daemon: replay and purge go through the daemon (a request file it picks up within a second), so
+only the daemon ever writes its spool; list only reads.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sys
+import time
+import uuid
 from typing import Any
 
 import orjson
 
 from shipper.commands.status import daemon_running
 from shipper.config import load_config
-from shipper.spool import Spool
+from shipper.errors import ShipperError
+from shipper.ship import bulk as bulkproto
+from shipper.spool import Spool, dlq_cancel, dlq_read_answer, dlq_request
+
+ANSWER_WAIT_S = 30.0
 
 
 def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def make_body(items: list[dict[str, Any]]) -> tuple[bytes, int]:
-    """Dead letters -> a bulk body with their original index and _id (a replay can never duplicate)."""
-    parts = []
-    for it in items:
-        action = {"create": {"_index": it["index"], "_id": it.get("id") or None}}
-        if action["create"]["_id"] is None:
-            del action["create"]["_id"]
-        parts.append(orjson.dumps(action) + b"\n" + it["document"] + b"\n")
-    return b"".join(parts), len(parts)
+def list_line(it: dict[str, Any]) -> str:
+    """One stored dead letter -> SPEC's line: {"index", "reason", "status", "document", "at"}."""
+    try:
+        document: Any = orjson.loads(it["document"])
+    except orjson.JSONDecodeError:
+        document = bytes(it["document"]).decode("utf-8", "replace")
+    return orjson.dumps({"index": it["index"], "reason": it["reason"], "status": it["status"],
+                         "document": document, "at": _iso(it["at"])}).decode()
+
+
+def _through_daemon(state_dir: str, action: str) -> int:
+    nonce = uuid.uuid4().hex
+    dlq_request(state_dir, action, nonce)
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while time.monotonic() < deadline:
+        n = dlq_read_answer(state_dir, nonce)
+        if n is not None:
+            verb = "re-queued" if action == "replay" else "purged"
+            print(f"{verb} {n} dead letter(s)" + ("; the running daemon is sending them" if action == "replay" else ""),
+                  file=sys.stderr)
+            return 0
+        time.sleep(0.1)
+    if dlq_cancel(state_dir):
+        print(f"shipper: the running daemon did not take the {action} request within {ANSWER_WAIT_S:g}s; "
+              "nothing was changed", file=sys.stderr)
+        return 1
+    print(f"shipper: the daemon took the {action} request but has not answered yet; "
+          "check `shipper dlq list` and `shipper status`", file=sys.stderr)
+    return 1
 
 
 def dlq(config_path: str, action: str) -> int:
     cfg = load_config(config_path)
-    if action != "list" and daemon_running(cfg.state_dir):
-        print("shipper: the daemon is running; stop it (systemctl stop shipper) before dlq replay/purge",
-              file=sys.stderr)
-        return 1
-    spool = Spool(cfg.state_dir, read_only=(action == "list"))
-    try:
-        if action == "list":
+    if action == "list":
+        if not os.path.isdir(os.path.join(cfg.state_dir, "spool")):
+            return 0
+        spool = Spool(cfg.state_dir, read_only=True)
+        try:
             for _key, it in spool.dead_letter_items():
-                try:
-                    document = orjson.loads(it["document"])
-                except orjson.JSONDecodeError:
-                    document = it["document"].decode("utf-8", "replace")
-                print(orjson.dumps({"index": it["index"], "reason": it["reason"], "status": it["status"],
-                                    "document": document, "at": _iso(it["at"])}).decode())
-            return 0
-        if action == "purge":
-            n = spool.purge_dead_letters()
-            print(f"purged {n} dead letter(s)", file=sys.stderr)
-            return 0
-        n = spool.replay_dead_letters(make_body, cfg.output.compression == "gzip")
-        print(f"re-queued {n} dead letter(s); they are sent when the daemon runs", file=sys.stderr)
+                print(list_line(it))
+        finally:
+            spool.close()
         return 0
+    if daemon_running(cfg.state_dir):
+        return _through_daemon(cfg.state_dir, action)
+    from shipper.service import StateLock
+    try:
+        lock = StateLock(cfg.state_dir)     # no daemon may start on this spool meanwhile
+    except ShipperError:
+        return _through_daemon(cfg.state_dir, action)
+    try:
+        spool = Spool(cfg.state_dir)
+        try:
+            if action == "purge":
+                n = spool.purge_dead_letters()
+                print(f"purged {n} dead letter(s)", file=sys.stderr)
+                return 0
+            out = cfg.output
+
+            def bodies(items: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
+                return bulkproto.dead_letter_bodies(items, out.bulk_max_events, out.bulk_max_bytes)
+
+            records = spool.replay_dead_letters(bodies, out.compression == "gzip")
+            n = sum(m.events for m, _ in records)
+            print(f"re-queued {n} dead letter(s); they are sent when the daemon runs", file=sys.stderr)
+            return 0
+        finally:
+            spool.close()
     finally:
-        spool.close()
+        lock.release()

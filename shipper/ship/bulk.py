@@ -9,7 +9,7 @@ from __future__ import annotations
 import email.utils
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -18,6 +18,9 @@ FILTER_PATH = "errors,items.*.status,items.*.error.type,items.*.error.reason,ite
 # item errors that a later attempt can cure
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 AUTH_STATUSES = frozenset({401, 403})
+# statuses that mean "slow down": the adaptive concurrency limit shrinks on them
+PUSHBACK_STATUSES = frozenset({408, 429, 502, 503, 504})
+BLOCK_TYPES = frozenset({"cluster_block_exception", "security_exception"})
 
 
 @dataclass(slots=True)
@@ -29,6 +32,7 @@ class Outcome:
     dead: list[tuple[int, int, str]] = field(default_factory=list)   # (item index, status, reason)
     statuses: dict[int, int] = field(default_factory=dict)             # status -> count
     blocked: bool = False            # some item failed on auth or an index block (slow retries)
+    pushback: bool = False           # some item was rejected for load (429, 503): slow down
     first_error: str | None = None   # the first retry reason, for the log
 
 
@@ -61,13 +65,17 @@ def _reason(err: Any) -> str:
 
 
 def classify(answer: dict[str, Any], count: int) -> Outcome:
-    """Split a 2xx bulk answer into delivered, retry and dead items. 409 on create counts as delivered."""
+    """Split a 2xx bulk answer into delivered, retry and dead items. 409 on create counts as delivered.
+
+    Nothing is assumed delivered without evidence: an answer that neither says `errors: false`
+    nor lists one item per document is retried whole.
+    """
     out = Outcome()
-    if not answer.get("errors"):
+    items = answer.get("items")
+    if answer.get("errors") is False and not isinstance(items, list):
         out.delivered = list(range(count))
         out.statuses = {201: count}
         return out
-    items = answer.get("items")
     if not isinstance(items, list) or len(items) != count:
         # an answer that does not account for every item: nothing can be assumed delivered
         out.retry = list(range(count))
@@ -75,24 +83,90 @@ def classify(answer: dict[str, Any], count: int) -> Outcome:
         return out
     for i, item in enumerate(items):
         body = next(iter(item.values())) if isinstance(item, dict) and item else {}
-        status = int(body.get("status", 0)) if isinstance(body, dict) else 0
+        status = _int(body.get("status")) if isinstance(body, dict) else 0
         out.statuses[status] = out.statuses.get(status, 0) + 1
         if 200 <= status < 300 or status == 409:
             out.delivered.append(i)
             continue
         err = body.get("error") if isinstance(body, dict) else None
         etype = err.get("type", "") if isinstance(err, dict) else ""
-        if status in RETRY_STATUSES or status >= 500 or status == 0:
-            out.retry.append(i)
-        elif status in AUTH_STATUSES or etype == "cluster_block_exception":
+        if status in AUTH_STATUSES or etype in BLOCK_TYPES:
+            # a read-only index (flood stage) or missing privileges: fixable, never a reason to drop
             out.retry.append(i)
             out.blocked = True
+        elif status in RETRY_STATUSES or status >= 500 or status == 0:
+            out.retry.append(i)
+            out.pushback = out.pushback or status in PUSHBACK_STATUSES or etype == "es_rejected_execution_exception"
         else:
-            out.dead.append((i, status, _reason(err)))
+            # 400 mapper_parsing_exception, illegal_argument_exception, 404 index_not_found ...
+            out.dead.append((i, status, _reason(err) if err is not None else f"HTTP {status}"))
             continue
         if out.first_error is None:
             out.first_error = f"{status} {_reason(err)}"
     return out
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
+RequestKind = Literal["items", "split", "dead", "auth", "blocked", "retry"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVerdict:
+    """What to do with a whole bulk answer, before looking at items."""
+
+    kind: RequestKind
+    reason: str           # Elasticsearch's error type and reason, or a phrase for the status
+    pushback: bool        # the destination asks us to slow down (429, 503, ...)
+
+
+def judge(status: int, answer: dict[str, Any] | None, count: int) -> RequestVerdict:
+    """A bulk answer's status (and error body) -> items | split | dead | auth | blocked | retry.
+
+    2xx with a JSON object: look at the items. 413: halve the batch (one document alone is dead).
+    A whole-request 400 on several documents: halve to find the culprit (one alone is dead).
+    401/403: credentials or privileges (a 403 cluster block: a read-only index); retried slowly,
+    never dropped. Anything else (429, 5xx, 404, an unreadable answer) is retried as a whole.
+    """
+    reason = status_reason(status, answer)
+    if 200 <= status < 300:
+        if isinstance(answer, dict):
+            return RequestVerdict("items", reason, False)
+        return RequestVerdict("retry", f"HTTP {status} with an unreadable bulk answer", False)
+    if status == 413 or status == 400:
+        return RequestVerdict("split" if count > 1 else "dead", reason, False)
+    etype = _error_type(answer)
+    if etype == "cluster_block_exception":
+        return RequestVerdict("blocked", reason, status == 429)
+    if status in AUTH_STATUSES:
+        return RequestVerdict("auth", reason, False)
+    return RequestVerdict("retry", reason, status in PUSHBACK_STATUSES)
+
+
+def _error_type(answer: dict[str, Any] | None) -> str:
+    if isinstance(answer, dict):
+        err = answer.get("error")
+        if isinstance(err, dict):
+            return str(err.get("type", ""))
+    return ""
+
+
+def status_reason(status: int, answer: dict[str, Any] | None) -> str:
+    """Elasticsearch's `error.type: reason` from a whole-request answer, else a phrase for the status."""
+    if isinstance(answer, dict):
+        err = answer.get("error")
+        if isinstance(err, dict):
+            return _reason(err)
+        if isinstance(err, str):
+            return err
+    return {401: "unauthorized", 403: "forbidden", 404: "not found", 413: "request entity too large",
+            429: "too many requests", 502: "bad gateway", 503: "service unavailable",
+            504: "gateway timeout"}.get(status, f"HTTP {status}")
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -111,3 +185,37 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if dt is None:
         return None
     return max(0.0, dt.timestamp() - (time.time() if now is None else now))
+
+
+def dead_letter_pairs(items: list[dict[str, Any]]) -> list[bytes]:
+    """Stored dead letters -> bulk pairs with their original index and _id, so a replay can never
+    add a second document for an event that did arrive."""
+    pairs = []
+    for it in items:
+        meta: dict[str, Any] = {"_index": it["index"]}
+        if it.get("id"):
+            meta["_id"] = it["id"]
+        pairs.append(orjson.dumps({"create": meta}) + b"\n" + bytes(it["document"]) + b"\n")
+    return pairs
+
+
+def group_pairs(pairs: list[bytes], max_events: int, max_bytes: int) -> list[list[bytes]]:
+    """Pairs -> consecutive groups of at most max_events pairs and about max_bytes (never empty)."""
+    groups: list[list[bytes]] = []
+    cur: list[bytes] = []
+    size = 0
+    for p in pairs:
+        if cur and (len(cur) >= max_events or size + len(p) > max_bytes):
+            groups.append(cur)
+            cur, size = [], 0
+        cur.append(p)
+        size += len(p)
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def dead_letter_bodies(items: list[dict[str, Any]], max_events: int, max_bytes: int) -> list[tuple[bytes, int]]:
+    """Stored dead letters -> bulk bodies (body, documents) within the batch limits, for a replay."""
+    groups = group_pairs(dead_letter_pairs(items), max_events, max_bytes)
+    return [(join_pairs(g), len(g)) for g in groups]

@@ -18,8 +18,10 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import orjson
 
+from shipper.clock import Clock, SystemClock
 from shipper.config import ElasticsearchConfig
 from shipper.errors import TransportError
+from shipper.logs import register_secret
 from shipper.ship.backoff import Backoff
 from shipper.ship.bulk import FILTER_PATH, parse_retry_after
 
@@ -54,15 +56,18 @@ class Reply:
     retry_after_s: float | None
     host: str
     seconds: float
+    host_recovered: bool = False   # the host had failed before this answer
 
 
 class BulkClient:
     """Posts bulk bodies to the healthiest host; a failing host is set aside with backoff."""
 
-    def __init__(self, cfg: ElasticsearchConfig, backoff: Backoff, rng: random.Random | None = None) -> None:
+    def __init__(self, cfg: ElasticsearchConfig, backoff: Backoff, rng: random.Random | None = None,
+                 clock: Clock | None = None) -> None:
         self.cfg = cfg
         self._backoff = backoff
         self._rng = rng or random.Random()
+        self._clock = clock or SystemClock()
         self.hosts: list[Host] = []
         for h in cfg.hosts:
             parts = urlsplit(h)
@@ -71,6 +76,8 @@ class BulkClient:
                 from urllib.parse import unquote
                 cred = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
                 auth = "Basic " + base64.b64encode(cred.encode()).decode()
+                register_secret(unquote(parts.password or ""))
+                register_secret(auth.split(" ", 1)[1])
             clean = redact_url(h).rstrip("/")
             self.hosts.append(Host(clean, clean, auth))
         self._next = 0
@@ -79,9 +86,14 @@ class BulkClient:
                    "User-Agent": "shipper/0.1"}
         if cfg.api_key:
             headers["Authorization"] = "ApiKey " + cfg.api_key
+            register_secret(cfg.api_key)
         elif cfg.username is not None:
             cred = f"{cfg.username}:{cfg.password or ''}"
             headers["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
+            register_secret(cfg.password)
+        if "Authorization" in headers:
+            # the header value is as secret as the password it encodes
+            register_secret(headers["Authorization"].split(" ", 1)[1])
         self._headers = headers
         q = f"filter_path={FILTER_PATH}"
         if cfg.pipeline:
@@ -120,20 +132,29 @@ class BulkClient:
         return min(self.hosts, key=lambda h: h.down_until)
 
     def next_host_ready_in(self, now: float) -> float:
+        """Seconds until some host may be tried again (0 when one is up)."""
         return max(0.0, min(h.down_until for h in self.hosts) - now)
 
-    def mark(self, host: Host, ok: bool, now: float) -> None:
+    def any_up(self, now: float) -> bool:
+        return any(h.is_up(now) for h in self.hosts)
+
+    def mark(self, host: Host, ok: bool, now: float) -> bool:
+        """Record a request's result on its host. With several hosts a failing one is set aside for
+        a backoff delay (growing with its consecutive failures), so the others carry the load and
+        it is tried again later. Returns True when the host just came back after failures."""
         if ok:
+            came_back = host.failures > 0
             host.failures = 0
             host.down_until = 0.0
-        else:
-            host.failures += 1
-            if len(self.hosts) > 1:
-                host.down_until = now + self._backoff.delay(host.failures, self._rng)
+            return came_back
+        host.failures += 1
+        if len(self.hosts) > 1:
+            host.down_until = now + self._backoff.delay(host.failures, self._rng)
+        return False
 
     async def post_bulk(self, body: bytes, gzipped: bool) -> Reply:
         """One bulk POST. Raises TransportError (retryable) when no HTTP answer came."""
-        host = self.pick(time.monotonic())
+        host = self.pick(self._clock.monotonic())
         headers = dict(self._headers)
         if host.auth and "Authorization" not in headers:
             headers["Authorization"] = host.auth
@@ -148,10 +169,10 @@ class BulkClient:
                 status = resp.status
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
         except asyncio.TimeoutError:
-            self.mark(host, False, time.monotonic())
+            self.mark(host, False, self._clock.monotonic())
             raise TransportError(f"timeout after {self.cfg.timeout_s:g}s", host=host.label) from None
-        except aiohttp.ClientError as e:
-            self.mark(host, False, time.monotonic())
+        except (aiohttp.ClientError, OSError) as e:
+            self.mark(host, False, self._clock.monotonic())
             raise TransportError(f"{type(e).__name__}: {_safe(str(e))}", host=host.label) from None
         seconds = time.monotonic() - t0
         answer: dict[str, Any] | None = None
@@ -161,8 +182,8 @@ class BulkClient:
                 answer = v if isinstance(v, dict) else None
             except orjson.JSONDecodeError:
                 answer = None
-        self.mark(host, status < 500 and status != 429, time.monotonic())
-        return Reply(status, answer, retry_after, host.label, seconds)
+        came_back = self.mark(host, status < 500 and status != 429, self._clock.monotonic())
+        return Reply(status, answer, retry_after, host.label, seconds, came_back)
 
     async def probe(self) -> list[tuple[str, bool, str]]:
         """GET / on each host: (host, ok, detail) — for `shipper check`."""

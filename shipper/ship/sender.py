@@ -1,0 +1,265 @@
+"""The sending side: deliver one queued record until every document is acked or dead-lettered.
+
+Decisions come from ship/bulk.py (what an answer means), ship/backoff.py (how long to wait) and
+ship/concurrency.py (how many requests at once); ship/client.py does the HTTP. This module holds
+the shared retry state (consecutive failures, the time before which nothing is sent), the
+output's up/down state and the once-per-episode fault log lines. It never touches the spool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+
+from shipper.clock import Clock
+from shipper.config import Config
+from shipper.errors import TransportError
+from shipper.events import Events
+from shipper.logs import redact
+from shipper.model import DeadLetter
+from shipper.ship import bulk as bulkproto
+from shipper.ship.backoff import Backoff
+from shipper.ship.client import BulkClient, Reply
+from shipper.ship.concurrency import AdaptiveLimit
+from shipper.spool import decode_body, gzip_compress
+
+log = logging.getLogger("shipper.output")
+
+DOWN_AFTER_FAILURES = 3      # 429/5xx answers in a row before the output counts as down
+
+# episode kinds -> the phrase logged once when a host enters that state
+_EPISODE_PHRASES = {
+    "unreachable": "output host unreachable, retrying with backoff",
+    "auth": "output rejected the credentials (HTTP 401); fix username/password/api_key, retrying slowly",
+    "forbidden": "output refused the request (HTTP 403); check the user's privileges, retrying slowly",
+    "blocked": "index write blocked (read-only index, e.g. disk flood stage); retrying until the block lifts",
+    "overloaded": "output overloaded or failing, retrying with backoff",
+}
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One request's body: stored bytes (gzip or raw), whether gzipped, and its document count."""
+
+    body: bytes
+    gzipped: bool
+    count: int
+
+
+class Sender:
+    """Posts records for any number of worker tasks; they share the backoff gate and the AIMD limit."""
+
+    def __init__(self, cfg: Config, events: Events, clock: Clock, rng: random.Random | None = None) -> None:
+        self.cfg = cfg.output
+        self.events = events
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.backoff = Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s)
+        self.client = BulkClient(cfg.output, self.backoff, self.rng, clock)
+        self.limit = AdaptiveLimit(max_limit=max(1, cfg.output.max_in_flight))
+        self._slots = asyncio.Condition()
+        self._waiting = 0             # requests ready to go, held back by the limit
+        self.failures = 0             # whole-request failures in a row, across records; 0 after any answer that worked
+        self.resume_at = 0.0          # clock.monotonic(): no request starts before this
+        self.up = True
+        self.last_error: str | None = None
+        self.last_success = time.monotonic()
+        self.peak_in_flight = 0
+        self._episodes: dict[str, str] = {}   # host -> the fault kind logged for it
+
+    # ------------------------------------------------------------------ request slots
+
+    async def _acquire(self) -> None:
+        """Wait for the backoff gate (and a usable host), then for a slot under the adaptive limit."""
+        while True:
+            now = self.clock.monotonic()
+            wait = max(self.resume_at - now, self.client.next_host_ready_in(now))
+            if wait > 0:
+                await self.clock.sleep(wait)
+                continue
+            async with self._slots:
+                self._waiting += 1
+                try:
+                    await self._slots.wait_for(self.limit.can_start)
+                finally:
+                    self._waiting -= 1
+                now = self.clock.monotonic()
+                if self.resume_at > now:
+                    continue       # a failure closed the gate while we waited for the slot
+                self.limit.started()
+                self.peak_in_flight = max(self.peak_in_flight, self.limit.in_flight)
+                return
+
+    async def _release(self, rtt_s: float, pushback: bool) -> None:
+        async with self._slots:
+            self.limit.finished(self.clock.monotonic(), rtt_s, pushback, self._waiting > 0)
+            self._slots.notify_all()
+
+    async def post(self, attempt: Attempt) -> Reply | TransportError:
+        """One bulk request under the gate and the limit: the answer, or the transport failure."""
+        await self._acquire()
+        t0 = time.monotonic()
+        try:
+            reply = await self.client.post_bulk(attempt.body, attempt.gzipped)
+        except TransportError as e:
+            await self._release(time.monotonic() - t0, True)
+            self.events.bulk_sent(e.host or "?", "error", attempt.count, len(attempt.body), 0.0)
+            return e
+        except BaseException:
+            await self._release(time.monotonic() - t0, False)
+            raise
+        pushback = reply.status in bulkproto.PUSHBACK_STATUSES
+        await self._release(reply.seconds, pushback)
+        self.events.bulk_sent(reply.host, reply.status, attempt.count, len(attempt.body), reply.seconds)
+        return reply
+
+    # ------------------------------------------------------------------ delivering
+
+    async def deliver(self, attempt: Attempt) -> list[DeadLetter]:
+        """Send until every document is delivered (2xx, 409 on create) or dead. Returns the dead letters.
+
+        Item failures re-send only the failed items; 413 (and a whole-request 400) halve the batch,
+        and a single document rejected that way is dead. Everything else is retried: nothing is
+        dropped because the destination is down, slow, overloaded, unauthorised or blocked.
+        """
+        dead: list[DeadLetter] = []
+        pending: list[bytes] | None = None        # the documents, split once anything but full success happened
+        item_attempts = 0
+        while True:
+            res = await self.post(attempt)
+            if isinstance(res, TransportError):
+                self._transport_failed(res)
+                continue
+            reply = res
+            verdict = bulkproto.judge(reply.status, reply.answer, attempt.count)
+            if verdict.kind == "items":
+                assert reply.answer is not None
+                outcome = bulkproto.classify(reply.answer, attempt.count)
+                self.events.bulk_items(outcome.statuses)
+                if not outcome.retry and not outcome.dead:
+                    self._answered(reply, blocked=None)
+                    return dead
+                if pending is None:
+                    pending = bulkproto.split_pairs(_raw(attempt))
+                for i, status, reason in outcome.dead:
+                    dead.append(dead_letter(pending[i], status, reason))
+                if not outcome.retry:
+                    self._answered(reply, blocked=None)
+                    return dead
+                self._answered(reply, blocked=outcome.first_error if outcome.blocked else None)
+                pending = [pending[i] for i in outcome.retry]
+                item_attempts += 1
+                if outcome.pushback:
+                    await self._release_pressure()
+                delay = self.backoff.delay(item_attempts, self.rng)
+                self.events.retry_scheduled(f"{len(pending)} item(s): {outcome.first_error}", delay, reply.host)
+                await self.clock.sleep(delay)
+                attempt = await self.encode(pending)
+                continue
+            if verdict.kind in ("split", "dead"):
+                self._answered(reply, blocked=None)
+                if pending is None:
+                    pending = bulkproto.split_pairs(_raw(attempt))
+                if verdict.kind == "dead" or len(pending) == 1:
+                    dead.extend(dead_letter(p, reply.status, verdict.reason) for p in pending)
+                    return dead
+                mid = len(pending) // 2
+                for half in (pending[:mid], pending[mid:]):
+                    dead.extend(await self.deliver(await self.encode(half)))
+                return dead
+            self._request_failed(reply, verdict)
+
+    async def _release_pressure(self) -> None:
+        """Items rejected for load (429 es_rejected_execution_exception): shrink the limit like a 429."""
+        async with self._slots:
+            self.limit.started()
+            self.limit.finished(self.clock.monotonic(), 0.0, True)
+            self._slots.notify_all()
+
+    async def encode(self, pairs: list[bytes]) -> Attempt:
+        raw = bulkproto.join_pairs(pairs)
+        if self.cfg.compression == "gzip":
+            return Attempt(await asyncio.to_thread(gzip_compress, raw), True, len(pairs))
+        return Attempt(raw, False, len(pairs))
+
+    # ------------------------------------------------------------------ state and episodes
+
+    def _answered(self, reply: Reply, blocked: str | None) -> None:
+        """The destination answered and took (or judged) the documents: the connection works."""
+        self.failures = 0
+        if blocked is not None:
+            self._episode(reply.host, "blocked", blocked, 403)
+            self._set_state(False, f"{reply.host}: {blocked}")
+            return
+        self._end_episode(reply.host)
+        self._set_state(True, None)
+
+    def _transport_failed(self, e: TransportError) -> None:
+        host = e.host or "?"
+        self.failures += 1
+        now = self.clock.monotonic()
+        reason = f"{host}: {e}"
+        delay = 0.0
+        if len(self.client.hosts) == 1:
+            delay = self.backoff.delay(self.failures, self.rng)
+            self.resume_at = max(self.resume_at, now + delay)
+        else:
+            delay = self.client.next_host_ready_in(now)   # 0 when another host can take it now
+        self._episode(host, "unreachable", str(e), None)
+        if not self.client.any_up(now) or len(self.client.hosts) == 1:
+            self._set_state(False, reason)
+        self.events.retry_scheduled(reason, delay, host)
+
+    def _request_failed(self, reply: Reply, verdict: bulkproto.RequestVerdict) -> None:
+        """A whole-request failure with an answer: 429, 5xx, 401/403, a 403 block, 404, ..."""
+        self.failures += 1
+        now = self.clock.monotonic()
+        kind = {"auth": "auth" if reply.status == 401 else "forbidden", "blocked": "blocked"}.get(verdict.kind, "overloaded")
+        reason = f"HTTP {reply.status} from {reply.host}: {verdict.reason}"
+        other_host_up = len(self.client.hosts) > 1 and self.client.any_up(now)
+        if kind == "overloaded" and other_host_up and reply.retry_after_s is None:
+            delay = 0.0        # the host is set aside by the client; another one takes the retry
+        else:
+            delay = self.backoff.delay(self.failures, self.rng, reply.retry_after_s)
+            self.resume_at = max(self.resume_at, now + delay)
+        self._episode(reply.host, kind, verdict.reason, reply.status)
+        if kind != "overloaded" or self.failures >= DOWN_AFTER_FAILURES:
+            self._set_state(False, reason)
+        else:
+            self.last_error = redact(reason)
+        self.events.retry_scheduled(reason, delay, reply.host)
+
+    def _episode(self, host: str, kind: str, reason: str, status: int | None) -> None:
+        """Log a fault once when a host enters it (not once per retry); the secret never appears."""
+        if self._episodes.get(host) == kind:
+            return
+        self._episodes[host] = kind
+        level = logging.ERROR if kind in ("auth", "forbidden") else logging.WARNING
+        log.log(level, _EPISODE_PHRASES[kind], extra={"host": host, "status": status, "reason": reason})
+
+    def _end_episode(self, host: str) -> None:
+        kind = self._episodes.pop(host, None)
+        if kind is not None:
+            log.info("output host recovered", extra={"host": host, "after": kind})
+
+    def _set_state(self, up: bool, error: str | None) -> None:
+        if error is not None:
+            self.last_error = redact(error)
+        if up:
+            self.last_success = time.monotonic()
+        if up != self.up:
+            self.up = up
+            self.events.output_state(up, None if up else self.last_error)
+
+
+def _raw(attempt: Attempt) -> bytes:
+    return decode_body(attempt.body, attempt.gzipped)
+
+
+def dead_letter(pair: bytes, status: int, reason: str) -> DeadLetter:
+    meta, source = bulkproto.pair_parts(pair)
+    return DeadLetter(index=str(meta.get("_index", "")), reason=reason, status=status, document=source,
+                      at=time.time(), doc_id=str(meta.get("_id", "")))

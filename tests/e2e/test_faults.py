@@ -1,0 +1,394 @@
+"""Destination faults through the FaultProxy in front of osmem: 429 with Retry-After, 503 bursts,
+2 s latency, 413 splitting, connection refused, Basic auth, blocked indices, a mapping conflict
+going to the dead-letter queue, two hosts with one down, and backpressure with the output down.
+
+Each test ends with the oracle: every written line in ES exactly once (or in the dead-letter queue
+where it should be), the daemon alive, and no secret in its output.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.daemon import Daemon, write_config
+from tests.support.es import ES
+from tests.support.proxy import FaultProxy
+from tests.support.wait import wait_until
+from tests.support.writer import append_bytes, pino_line, write_lines
+
+PASSWORD = "Tr0ub4dor&3-horse-battery"
+
+
+def _setup(tmp_path: Path, url: str | list[str], daemon_factory: Any, es_extra: dict[str, Any] | None = None,
+           extra: dict[str, Any] | None = None) -> tuple[Path, Daemon]:
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    extra_yaml: dict[str, Any] = {"output": {"elasticsearch": dict(es_extra or {})}}
+    if extra:
+        extra_yaml.update(extra)
+    cfg = write_config(tmp_path, es_url=url, paths=str(logs / "*.log"), extra_yaml=extra_yaml)
+    d = daemon_factory(cfg)
+    d.wait_ready()
+    return logs / "app.log", d
+
+
+def _delivered(es: ES, n: int, d: Daemon, timeout_s: float = 30.0) -> None:
+    def check() -> bool:
+        assert d.alive, f"daemon died\n{d.tail()}"
+        return es.count() >= n
+    wait_until(check, lambda: f"{n} documents in ES (have {es.count()})", timeout_s=timeout_s)
+
+
+def _oracle(es: ES, d: Daemon, seqs: Any, secret: str | None = None) -> None:
+    es.assert_exactly_once(seqs)
+    assert d.alive, d.tail()
+    out = d.output()
+    if secret:
+        assert secret not in out
+    status = d.cli("status", "--json", check=True)
+    if secret:
+        assert secret not in status.stdout + status.stderr
+
+
+def _dlq(d: Daemon) -> list[dict[str, Any]]:
+    proc = d.cli("dlq", "list", check=True)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def test_429_with_retry_after_on_half_the_requests(tmp_path, es, fault_proxy, daemon_factory):
+    fault_proxy.fail_ratio(429, 0.5, retry_after=1)
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory, {"bulk_max_events": 100})
+    for start in range(0, 800, 200):
+        write_lines(app, range(start, start + 200))
+    _delivered(es, 800, d, timeout_s=60)
+    assert fault_proxy.by_status.get(429, 0) >= 2
+    retries = d.metric("shipper_retries_total")
+    assert retries >= fault_proxy.by_status[429]
+    _oracle(es, d, range(800))
+
+
+def test_503_bursts(tmp_path, es, fault_proxy, daemon_factory):
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory, {"bulk_max_events": 100})
+    for burst in range(3):
+        fault_proxy.fail_next(503, times=4)
+        write_lines(app, range(burst * 300, burst * 300 + 300))
+        wait_until(lambda b=burst: es.count() >= (b + 1) * 300, f"burst {burst} delivered", timeout_s=30)
+    assert fault_proxy.by_status.get(503, 0) == 12
+    _oracle(es, d, range(900))
+
+
+def test_two_seconds_of_latency_keeps_several_requests_in_flight_and_memory_flat(tmp_path, es, fault_proxy,
+                                                                                  daemon_factory, record_property):
+    fault_proxy.latency(2.0)
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory,
+                    {"bulk_max_events": 150, "max_in_flight": 4, "timeout": "10s"})
+    assert d.pid is not None
+    rss0 = _rss_kib(d.pid)
+    t0 = time.monotonic()
+    write_lines(app, range(1500))          # 10 requests of 150: 20 s one at a time
+    peak = rss0
+
+    def done() -> bool:
+        nonlocal peak
+        peak = max(peak, _rss_kib(d.pid))
+        return es.count() >= 1500
+    wait_until(done, "1500 documents through a 2 s proxy", timeout_s=60, interval_s=0.2)
+    took = time.monotonic() - t0
+    record_property("latency_rss_kib", (rss0, peak))
+    print(f"2 s latency: delivered 1500 in {took:.1f}s, RSS {rss0} KiB at start, peak {peak} KiB")
+    assert took < 15, f"{took:.1f}s: requests were not overlapping (10 requests x 2 s)"
+    assert peak - rss0 < 40 * 1024
+    _oracle(es, d, range(1500))
+
+
+def test_413_splits_the_batch_and_a_document_too_large_alone_is_dead_lettered(tmp_path, es, fault_proxy,
+                                                                              daemon_factory):
+    fault_proxy.max_body(6000)             # on the wire (gzip): a few dozen pino documents
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory, {"bulk_max_events": 1000})
+    rnd = random.Random(7)
+    huge = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(20000))
+    data = b"".join(pino_line(i) for i in range(500)) + pino_line(500, blob=huge) + \
+        b"".join(pino_line(i) for i in range(501, 1000))
+    append_bytes(app, data)
+    wait_until(lambda: len(_dlq(d)) == 1, "the oversized document in the dead-letter queue", timeout_s=30)
+    _delivered(es, 999, d)
+    assert fault_proxy.by_status.get(413, 0) >= 3
+    [dead] = _dlq(d)
+    assert dead["status"] == 413 and dead["document"]["seq"] == 500
+    assert "too large" in dead["reason"]
+    _oracle(es, d, [i for i in range(1000) if i != 500])
+    assert d.status_json()["dead_letter"] == 1
+
+
+def test_connection_refused_then_recovered(tmp_path, es, fault_proxy, daemon_factory):
+    fault_proxy.down()
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory)
+    write_lines(app, range(600))
+    wait_until(lambda: d.metric("shipper_bulk_requests_total", code="error") >= 3, "three refused attempts")
+    wait_until(lambda: d.status_json()["output"]["up"] is False, "status: output down")
+    st = d.status_json()
+    assert "127.0.0.1" in (st["output"]["last_error"] or "")
+    assert "output host unreachable" in d.output()
+    assert es.count() == 0
+    fault_proxy.up()
+    _delivered(es, 600, d)
+    wait_until(lambda: d.status_json()["output"]["up"] is True, "status: output up again")
+    _oracle(es, d, range(600))
+
+
+def test_basic_auth_wrong_password_is_logged_with_the_host_and_recovers_when_fixed(tmp_path, es, fault_proxy,
+                                                                                   daemon_factory):
+    wrong = "old-" + PASSWORD
+    fault_proxy.require_basic_auth("shipper", PASSWORD)
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory, {"username": "shipper", "password": wrong})
+    write_lines(app, range(400))
+    wait_until(lambda: fault_proxy.by_status.get(401, 0) >= 2, "401 answers")
+    wait_until(lambda: "rejected the credentials" in d.output(), "the credentials log line")
+    line = next(json.loads(ln) for ln in d.output().splitlines() if "rejected the credentials" in ln)
+    assert line["host"] == fault_proxy.url and line["level"] == "error"
+    assert d.status_json()["output"]["up"] is False
+    assert es.count() == 0
+    # the operator fixes it on the cluster side: the password the daemon has becomes valid
+    fault_proxy.require_basic_auth("shipper", wrong)
+    _delivered(es, 400, d)
+    fault_proxy.require_basic_auth("shipper", PASSWORD)
+    _oracle(es, d, range(400), secret=wrong)
+    assert PASSWORD not in d.output()
+
+
+def test_basic_auth_from_the_url_and_env(tmp_path, es, fault_proxy, daemon_factory):
+    fault_proxy.require_basic_auth("elastic", PASSWORD)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    host = fault_proxy.url.replace("http://", "http://elastic:${SHIPPER_PW}@")
+    cfg = write_config(tmp_path, es_url=host, paths=str(logs / "*.log"), extra_yaml={"log_level": "debug"})
+    d = daemon_factory(cfg, env={"SHIPPER_PW": PASSWORD})
+    d.wait_ready()
+    write_lines(logs / "app.log", range(300))
+    _delivered(es, 300, d)
+    assert fault_proxy.by_status.get(401, 0) == 0
+    _oracle(es, d, range(300), secret=PASSWORD)
+    assert d.cli("check").stdout.count(PASSWORD) == 0
+
+
+def test_blocked_index_is_retried_until_the_block_lifts(tmp_path, es, fault_proxy, daemon_factory):
+    fault_proxy.blocked(True)
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory)
+    write_lines(app, range(300))
+    wait_until(lambda: fault_proxy.items_failed >= 600, "two rounds of blocked items")
+    wait_until(lambda: "index write blocked" in d.output(), "the block log line")
+    assert d.status_json()["output"]["up"] is False
+    assert _dlq(d) == []
+    fault_proxy.blocked(False)
+    _delivered(es, 300, d)
+    _oracle(es, d, range(300))
+    assert _dlq(d) == []
+
+
+def test_mapping_conflict_sends_one_document_to_the_dead_letter_queue(tmp_path, es, fault_proxy, daemon_factory):
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory, {"index": "conflict"})
+    write_lines(app, range(0, 200), line_fn=lambda i: pino_line(i, n=1))
+    _delivered(es, 200, d)
+    write_lines(app, [200], line_fn=lambda i: pino_line(i, n="abc"))
+    write_lines(app, range(201, 400), line_fn=lambda i: pino_line(i, n=2))
+    wait_until(lambda: len(_dlq(d)) == 1, "one dead letter")
+    _delivered(es, 399, d)
+    [dead] = _dlq(d)
+    assert dead["index"] == "conflict" and dead["status"] == 400
+    assert dead["document"]["seq"] == 200 and dead["document"]["n"] == "abc"
+    assert "exception" in dead["reason"]
+    assert dead["at"].endswith("Z")
+    _oracle(es, d, [i for i in range(400) if i != 200])
+    assert d.metric("shipper_events_dead_letter_total") == 1
+
+
+def test_dlq_replay_while_the_daemon_runs_delivers_after_the_cause_is_fixed(tmp_path, es, fault_proxy,
+                                                                             daemon_factory):
+    poison = {7, 77, 177}
+    fault_proxy.item_failures(
+        lambda item: (400, "mapper_parsing_exception", "failed to parse field [n]")
+        if item.source is not None and any(f'"seq":{s},'.encode() in item.source for s in poison) else None)
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory)
+    write_lines(app, range(200))
+    wait_until(lambda: len(_dlq(d)) == 3, "three dead letters")
+    _delivered(es, 197, d)
+    assert sorted(x["document"]["seq"] for x in _dlq(d)) == sorted(poison)
+    assert all(x["reason"].startswith("mapper_parsing_exception") for x in _dlq(d))
+    fault_proxy.item_failures(None)          # the mapping is fixed
+    proc = d.cli("dlq", "replay", check=True)
+    assert "re-queued 3" in proc.stderr
+    _delivered(es, 200, d)
+    assert _dlq(d) == []
+    _oracle(es, d, range(200))
+    assert d.cli("dlq", "purge", check=True).stderr.startswith("purged 0")
+
+
+def test_two_hosts_with_one_down_costs_nothing(tmp_path, es, fault_proxy, osmem_clone, daemon_factory):
+    with FaultProxy(osmem_clone.url) as second:
+        second.down()
+        app, d = _setup(tmp_path, [second.url, fault_proxy.url], daemon_factory, {"bulk_max_events": 100})
+        t0 = time.monotonic()
+        write_lines(app, range(1000))
+        _delivered(es, 1000, d, timeout_s=20)
+        took = time.monotonic() - t0
+        assert took < 8, f"{took:.1f}s to deliver with one of two hosts down"
+        assert d.status_json()["output"]["up"] is True
+        # the host comes back and takes requests again
+        second.up()
+        before = second.requests
+        write_lines(app, range(1000, 3000))
+        wait_until(lambda: second.requests > before, "requests to the recovered host", timeout_s=20)
+        _delivered(es, 3000, d)
+        _oracle(es, d, range(3000))
+
+
+class BulkSink:
+    """A fast in-test Elasticsearch stand-in for volume (osmem indexes ~200 docs/s of 3 KB): it
+    answers `_bulk` with `create` semantics (201, or 409 for an `_id` it has) and remembers each
+    document's `seq` by `_id`. Stdlib HTTP server on its own threads; loopback only."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+        sink = self
+        self.docs: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, doc: Any) -> None:
+                body = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._answer(200, {"version": {"number": "8.0.0-sink"}})
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    raw = gzip.decompress(raw)
+                lines = raw.split(b"\n")
+                items = []
+                with sink.lock:
+                    for i in range(0, len(lines) - 1, 2):
+                        doc_id = json.loads(lines[i])["create"]["_id"]
+                        seq = json.loads(lines[i + 1])["seq"]
+                        status = 409 if doc_id in sink.docs else 201
+                        sink.docs.setdefault(doc_id, seq)
+                        items.append({"create": {"status": status}})
+                self._answer(200, {"errors": any(it["create"]["status"] != 201 for it in items), "items": items})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.docs)
+
+    def assert_exactly_once(self, seqs: Any) -> None:
+        with self.lock:
+            got = sorted(self.docs.values())
+        assert got == sorted(seqs), f"{len(got)} documents, {len(set(got))} distinct seqs"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.mark.slow
+def test_backpressure_queue_full_pauses_reading_state_dir_small_rss_flat(tmp_path, daemon_factory, record_property):
+    """1 MiB queue, output down, ~30 MB written: reading pauses, the spool stays small, RSS flat;
+    then everything is delivered. The destination is BulkSink behind the FaultProxy, not osmem,
+    which would need minutes to index 30 MB."""
+    sink = BulkSink()
+    proxy = FaultProxy(sink.url).start()
+    try:
+        _backpressure(tmp_path, daemon_factory, record_property, sink, proxy)
+    finally:
+        proxy.stop()
+        sink.close()
+
+
+def _backpressure(tmp_path: Path, daemon_factory: Any, record_property: Any, sink: BulkSink,
+                  fault_proxy: FaultProxy) -> None:
+    fault_proxy.down()
+    # bodies under 1 MiB: the proxy (aiohttp) refuses to forward larger raw bodies under filterwarnings=error
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory, {"bulk_max_events": 500, "bulk_max_bytes": "512KiB"},
+                    extra={"queue": {"max_bytes": "1MiB"}})
+    rnd = random.Random(3)
+    n_lines = 10_000
+
+    def line(i: int) -> bytes:       # ~3 KB that gzip cannot shrink much: the queue fills in MBs, not lines
+        return pino_line(i, pad=base64.b64encode(rnd.randbytes(2100)).decode())
+
+    state = tmp_path / "state"
+    assert d.pid is not None
+    written = 0
+    rss_samples = []
+    max_state = 0
+    for start in range(0, n_lines, 1000):
+        written += write_lines(app, range(start, start + 1000), line_fn=line)
+        if start == 0:
+            wait_until(lambda: "queue full, reading paused" in d.output(), "reading paused", timeout_s=20)
+        rss_samples.append(_rss_kib(d.pid))
+        max_state = max(max_state, _dir_bytes(state))
+    assert written > 29_000_000
+    # the files are the buffer: most of what was written stays unread; the queue holds about
+    # queue.max_bytes (plus at most the one record being committed when the limit was reached)
+    st = d.status_json()
+    [f] = st["files"]
+    assert os.path.getsize(app) - f["queued_offset"] > 25_000_000
+    assert st["queue"]["bytes"] < 1024 * 1024 + 5 * 1024 * 1024
+    assert sink.count() == 0
+    record_property("backpressure", {"state_dir_max_bytes": max_state, "rss_kib": rss_samples})
+    print(f"backpressure: state dir at most {max_state} bytes, RSS samples {rss_samples} KiB")
+    assert max_state < 12 * 1024 * 1024
+    assert max(rss_samples) - rss_samples[0] < 30 * 1024
+    t_up = time.monotonic()
+    fault_proxy.up()
+    wait_until(lambda: sink.count() >= n_lines, lambda: f"{n_lines} documents in the sink (have {sink.count()})",
+               timeout_s=60)
+    print(f"backpressure: {n_lines} delivered {time.monotonic() - t_up:.1f}s after the output came back")
+    sink.assert_exactly_once(range(n_lines))
+    assert d.alive
+    assert d.cli("status", "--json", check=True)
