@@ -51,7 +51,7 @@ class AdaptiveLimit:
     def finished(self, now: float, rtt_s: float, pushback: bool, waiting: bool = False) -> None:
         """One request ended after rtt_s; `pushback` when the destination asked us to slow down;
         `waiting` when other requests are queued for a slot (the limit is what holds them back)."""
-        saturated = waiting or self.in_flight >= self.current
+        saturated = waiting      # the limit, not the lack of work, is what holds requests back
         self.in_flight = max(0, self.in_flight - 1)
         mean = self.rtt_mean_s
         slower = mean is not None and rtt_s - mean > max(RTT_DEVIATION_SCALE * self.rtt_dev_s,

@@ -1,0 +1,137 @@
+"""The bulk protocol: answers classified per item, whole answers judged, Retry-After, pairs, replays."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from shipper.ship import bulk
+
+
+def _items(*statuses: int | tuple[int, str]) -> dict:
+    items = []
+    for s in statuses:
+        status, etype = (s, None) if isinstance(s, int) else s
+        body: dict = {"status": status}
+        if status >= 300:
+            body["error"] = {"type": etype or "exception", "reason": f"reason {status}"}
+        items.append({"create": body})
+    return {"errors": any((s if isinstance(s, int) else s[0]) >= 300 for s in statuses), "items": items}
+
+
+def test_all_delivered_with_errors_false() -> None:
+    out = bulk.classify({"errors": False}, 3)
+    assert out.delivered == [0, 1, 2] and not out.retry and not out.dead
+
+
+def test_409_on_create_counts_as_delivered() -> None:
+    out = bulk.classify(_items(201, (409, "version_conflict_engine_exception"), 201), 3)
+    assert out.delivered == [0, 1, 2] and out.statuses == {201: 2, 409: 1}
+
+
+def test_429_and_5xx_items_are_retried_alone_400s_are_dead() -> None:
+    ans = _items(201, (429, "es_rejected_execution_exception"), (400, "mapper_parsing_exception"), 503,
+                 (400, "illegal_argument_exception"), 500, 201, (404, "index_not_found_exception"))
+    out = bulk.classify(ans, 8)
+    assert out.delivered == [0, 6]
+    assert out.retry == [1, 3, 5]
+    assert [(i, s) for i, s, _ in out.dead] == [(2, 400), (4, 400), (7, 404)]
+    assert out.dead[0][2].startswith("mapper_parsing_exception: reason 400")
+    assert out.pushback and not out.blocked
+    assert out.first_error is not None and out.first_error.startswith("429 es_rejected_execution_exception")
+
+
+def test_a_blocked_index_is_retried_never_dead() -> None:
+    for st in (403, 429):
+        out = bulk.classify(_items((st, "cluster_block_exception"), 201), 2)
+        assert out.retry == [0] and out.blocked and not out.dead
+    out = bulk.classify(_items((401, "security_exception")), 1)
+    assert out.retry == [0] and out.blocked
+
+
+def test_caused_by_is_part_of_the_reason() -> None:
+    ans = {"errors": True, "items": [{"create": {"status": 400, "error": {
+        "type": "document_parsing_exception", "reason": "failed to parse field [n] of type [long]",
+        "caused_by": {"type": "illegal_argument_exception", "reason": "For input string: \"abc\""}}}}]}
+    [(_, _, reason)] = bulk.classify(ans, 1).dead
+    assert reason == ('document_parsing_exception: failed to parse field [n] of type [long] '
+                      '(caused by illegal_argument_exception: For input string: "abc")')
+
+
+@pytest.mark.parametrize("answer", [{}, {"errors": True}, {"errors": True, "items": [{"create": {"status": 201}}]},
+                                    {"took": 3}, {"errors": True, "items": "nope"}])
+def test_nothing_is_assumed_delivered_without_evidence(answer: dict) -> None:
+    out = bulk.classify(answer, 2)
+    assert out.retry == [0, 1] and not out.delivered and out.first_error
+
+
+def test_an_item_without_status_is_retried() -> None:
+    out = bulk.classify({"errors": True, "items": [{"create": {}}, {}, {"create": {"status": "x"}}]}, 3)
+    assert out.retry == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("status", "answer", "count", "kind", "pushback"), [
+    (200, {"errors": False}, 5, "items", False),
+    (200, None, 5, "retry", False),
+    (413, None, 5, "split", False),
+    (413, None, 1, "dead", False),
+    (400, {"error": {"type": "parse_exception", "reason": "bad"}}, 4, "split", False),
+    (400, {"error": {"type": "parse_exception", "reason": "bad"}}, 1, "dead", False),
+    (401, {"error": {"type": "security_exception", "reason": "missing authentication credentials"}}, 5, "auth", False),
+    (403, {"error": {"type": "security_exception", "reason": "unauthorized"}}, 5, "auth", False),
+    (403, {"error": {"type": "cluster_block_exception", "reason": "index [x] blocked by: [FORBIDDEN/8/index write (api)]"}}, 5, "blocked", False),
+    (429, {"error": {"type": "cluster_block_exception", "reason": "disk usage exceeded flood-stage watermark"}}, 5, "blocked", True),
+    (429, None, 5, "retry", True),
+    (503, None, 5, "retry", True),
+    (500, None, 5, "retry", False),
+    (404, None, 5, "retry", False),
+    (302, None, 5, "retry", False),
+])
+def test_judge_whole_answers(status: int, answer: dict | None, count: int, kind: str, pushback: bool) -> None:
+    v = bulk.judge(status, answer, count)
+    assert (v.kind, v.pushback) == (kind, pushback)
+    assert v.reason
+
+
+def test_status_reason_prefers_elasticsearch_error() -> None:
+    assert bulk.status_reason(400, {"error": {"type": "t", "reason": "r"}}) == "t: r"
+    assert bulk.status_reason(413, None) == "request entity too large"
+    assert bulk.status_reason(418, None) == "HTTP 418"
+
+
+def test_retry_after_seconds_and_http_dates() -> None:
+    assert bulk.parse_retry_after("7") == 7.0
+    assert bulk.parse_retry_after(" 1.5 ") == 1.5
+    assert bulk.parse_retry_after("-3") == 0.0
+    assert bulk.parse_retry_after(None) is None and bulk.parse_retry_after("") is None
+    assert bulk.parse_retry_after("soon") is None
+    now = 1_800_000_000.0          # 2027-01-15T08:00:00Z
+    assert bulk.parse_retry_after("Fri, 15 Jan 2027 08:00:30 GMT", now=now) == pytest.approx(30.0)
+    assert bulk.parse_retry_after("Fri, 15 Jan 2027 07:00:00 GMT", now=now) == 0.0
+
+
+def test_split_join_and_pair_parts_round_trip() -> None:
+    pairs = [orjson.dumps({"create": {"_index": "i", "_id": f"id{n}"}}) + b"\n" + orjson.dumps({"n": n, "m": "a\nb"}) + b"\n"
+             for n in range(4)]
+    body = bulk.join_pairs(pairs)
+    assert bulk.split_pairs(body) == pairs
+    meta, source = bulk.pair_parts(pairs[2])
+    assert meta == {"_index": "i", "_id": "id2"} and orjson.loads(source) == {"n": 2, "m": "a\nb"}
+
+
+def test_dead_letters_become_bodies_with_their_index_and_id_within_the_limits() -> None:
+    items = [{"index": "logs-a", "id": f"x{n}", "document": orjson.dumps({"n": n}), "reason": "r", "status": 400, "at": 0.0}
+             for n in range(5)] + [{"index": "logs-b", "id": "", "document": b'{"n":5}', "reason": "r", "status": 400, "at": 0.0}]
+    bodies = bulk.dead_letter_bodies(items, max_events=2, max_bytes=1 << 20)
+    assert [n for _, n in bodies] == [2, 2, 2]
+    pairs = [p for b, _ in bodies for p in bulk.split_pairs(b)]
+    metas = [bulk.pair_parts(p)[0] for p in pairs]
+    assert metas[0] == {"_index": "logs-a", "_id": "x0"}
+    assert metas[5] == {"_index": "logs-b"}                 # no _id stored: none invented
+    assert [orjson.loads(bulk.pair_parts(p)[1])["n"] for p in pairs] == list(range(6))
+
+
+def test_group_pairs_respects_bytes_and_never_makes_an_empty_group() -> None:
+    pairs = [b"x" * 40, b"y" * 40, b"z" * 100, b"w" * 10]
+    assert [len(g) for g in bulk.group_pairs(pairs, 10, 90)] == [2, 1, 1]
+    assert bulk.group_pairs([], 10, 90) == []

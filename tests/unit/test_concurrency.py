@@ -1,0 +1,71 @@
+"""The adaptive in-flight limit: slow start, additive increase, halving on pushback or slowdown."""
+
+from __future__ import annotations
+
+from shipper.ship.concurrency import AdaptiveLimit
+
+
+def _round(lim: AdaptiveLimit, now: float, rtt: float, pushback: bool = False, waiting: bool = True) -> None:
+    """Start as many requests as the limit allows, then finish them all."""
+    n = 0
+    while lim.can_start():
+        lim.started()
+        n += 1
+    for _ in range(n):
+        lim.finished(now, rtt, pushback, waiting)
+
+
+def test_starts_at_one_and_grows_while_requests_wait() -> None:
+    lim = AdaptiveLimit(max_limit=8)
+    assert lim.current == 1
+    seen = []
+    for i in range(6):
+        _round(lim, now=float(i), rtt=0.1)
+        seen.append(lim.current)
+    assert seen[0] == 2 and seen[1] == 4 and seen[2] == 8      # slow start doubles per round trip
+    assert max(seen) == 8                                       # never past max_in_flight
+
+
+def test_does_not_grow_without_demand() -> None:
+    lim = AdaptiveLimit(max_limit=8)
+    for i in range(10):
+        lim.started()
+        lim.finished(float(i), 0.1, False, waiting=False)
+    assert lim.current == 1
+
+
+def test_pushback_halves_once_per_round_trip_then_grows_additively() -> None:
+    lim = AdaptiveLimit(max_limit=16)
+    for i in range(4):
+        _round(lim, now=float(i), rtt=0.5)
+    assert lim.current == 16
+    for _ in range(5):                     # a burst of 429s at the same moment: one halving
+        lim.started()
+        lim.finished(10.0, 0.5, True)
+    assert lim.current == 8
+    lim.started()
+    lim.finished(11.0, 0.5, True)          # a round trip later: halves again
+    assert lim.current == 4
+    before = lim.limit
+    _round(lim, now=12.0, rtt=0.5)         # after trouble, about +1 per round trip, not doubling
+    assert before < lim.limit <= before + 1.01
+
+
+def test_a_rising_round_trip_shrinks_the_limit_but_jitter_does_not() -> None:
+    lim = AdaptiveLimit(max_limit=8)
+    for i in range(4):
+        _round(lim, now=float(i), rtt=2.0)
+    assert lim.current == 8
+    _round(lim, now=5.0, rtt=2.3)          # 15% jitter on a 2 s round trip: still fine
+    assert lim.current == 8
+    lim.started()
+    lim.finished(9.0, 6.0, False)          # three times slower: the destination is struggling
+    assert lim.current == 4
+
+
+def test_never_below_one() -> None:
+    lim = AdaptiveLimit(max_limit=4)
+    for i in range(10):
+        lim.started()
+        lim.finished(float(i * 10), 0.1, True)
+    assert lim.current == 1 and lim.can_start()
