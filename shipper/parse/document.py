@@ -7,6 +7,7 @@ Bad input is flagged in `log.flags`, never raised. The `_id` is `<incarnation>-<
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import orjson
@@ -17,6 +18,18 @@ from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
 LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
+_LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"' for k, v in LEVEL_NAMES.items()}
+
+# The keys enrichment adds or overwrites at the top level: a JSON line with none of them (nor the
+# input's fields) is spliced (see DocBuilder.build); one with any of them is re-serialised.
+_ADDED_KEYS = frozenset(("@timestamp", "log", "host", "message"))
+_SPLICE_BLOCKERS = frozenset(("@timestamp", "log", "host"))
+_FIELD_REF_RE = re.compile(r"\{([^{}|]+)(?:\|[^{}]*)?\}")
+# pino's `time` in epoch ms, within which integer arithmetic gives exactly what format_timestamp
+# (float seconds) gives: 1973-03-03 .. 2109-05-15 (beyond 2**42 ms float rounding may differ)
+_FAST_MS_MIN = 100_000_000_001
+_FAST_MS_MAX = 2 ** 42
+_MS_TEXT = tuple(b".%03dZ\"" % i for i in range(1000))
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -104,6 +117,45 @@ class DocBuilder:
             from shipper.parse.filters import DocTransform
             self.transform = DocTransform(inp.drop_fields, inp.rename_fields, inp.mask)
         self._action_prefix: dict[str, bytes] = {}
+        self._splice_reserved: frozenset[str] | None = self._splice_keys(inp)
+        self._fields_bytes = b""
+        if self._splice_reserved is not None and self.fields:
+            try:
+                self._fields_bytes = b"".join(b"," + _dumps(k) + b":" + _dumps(v) for k, v in self.fields.items())
+            except (TypeError, orjson.JSONEncodeError):
+                self._splice_reserved = None      # not serialisable on its own: the slow path says how
+        self._static_prefix = (self._prefix(self.router.route({}, 0.0))
+                               if "%" not in self.router.pattern and "{" not in self.router.pattern else None)
+        self._ts_prefix: dict[int, bytes] = {}    # epoch second -> b'{"@timestamp":"YYYY-MM-DDTHH:MM:SS'
+        self._path_mid: dict[str, bytes] = {}     # path -> the constant bytes between @timestamp and log.offset
+
+    def _splice_keys(self, inp: InputConfig) -> frozenset[str] | None:
+        """The top-level keys that send a JSON line to full re-serialisation; None: never splice.
+
+        Splicing needs JSON input, no transform (it rewrites the doc), input fields that touch
+        nothing enrichment adds, and an index pattern that reads no added field."""
+        if self.format not in ("auto", "json") or self.transform is not None:
+            return None
+        if not all(isinstance(k, str) for k in self.fields):
+            return None
+        field_keys = frozenset(self.fields)
+        if field_keys & _ADDED_KEYS:
+            return None
+        for m in _FIELD_REF_RE.finditer(self.router.pattern):
+            ref = m.group(1).strip()
+            if any(ref.startswith(k) for k in _ADDED_KEYS | field_keys):
+                return None
+        return _SPLICE_BLOCKERS | field_keys
+
+    def _path_bytes(self, path: str) -> bytes:
+        mid = self._path_mid.get(path)
+        if mid is None:
+            if len(self._path_mid) > 4096:
+                self._path_mid.clear()
+            mid = (b',"host":{"name":' + _dumps(self.host_name) + b'},"log":{"file":{"path":' + _dumps(path)
+                   + b'},"offset":')
+            self._path_mid[path] = mid
+        return mid
 
     def _prefix(self, index: str) -> bytes:
         p = self._action_prefix.get(index)
@@ -114,12 +166,16 @@ class DocBuilder:
             self._action_prefix[index] = p
         return p
 
-    def to_doc(self, data: bytes, flags: int, path: str, offset: int, now: float) -> tuple[dict[str, Any], float] | None:
-        """One event -> (document, event time). None when a line filter drops it."""
+    def to_doc(self, data: bytes, flags: int, path: str, offset: int, now: float,
+               parsed: dict[str, Any] | None = None) -> tuple[dict[str, Any], float] | None:
+        """One event -> (document, event time). None when a line filter drops it.
+        `parsed`: `data` already parsed (orjson.loads of the bytes gave this dict)."""
         fl: list[str] | None = None
-        obj: Any = None
+        obj: Any = parsed
         fmt = self.format
-        if fmt == "auto" or fmt == "json":
+        if obj is not None:
+            pass
+        elif fmt == "auto" or fmt == "json":
             head = data[:1]
             if head in b" \t" and head:
                 head = data.lstrip(b" \t")[:1]
@@ -208,7 +264,89 @@ class DocBuilder:
 
     def build(self, incarnation: str, path: str, events: list[Line], now: float,
               out: list[bytes]) -> int:
-        """Append one bulk pair per event to `out`; returns the bytes appended."""
+        """Append one bulk pair per event to `out`; returns the bytes appended.
+
+        A JSON object line with none of the keys enrichment adds (`@timestamp`, `log`, `host`,
+        the input's fields; `message` only when it would be copied from `msg`) is spliced:
+        `{` + the added fields as ready bytes + `,` + orjson's serialisation of the parsed line
+        without its `{`. The parsed dict is never modified and nothing is serialised twice.
+        Why not the original line's bytes: proving it has no duplicate keys (which Elasticsearch
+        rejects, while re-serialising keeps the last) costs more than orjson.dumps does. Every
+        other line takes the general path (`to_doc` + a full serialisation); both give equal docs.
+        """
+        reserved = self._splice_reserved
+        if reserved is None:
+            return self.build_reserialised(incarnation, path, events, now, out)
+        nbytes = 0
+        loads = _loads
+        dumps = _dumps
+        decode_error = _JSONDecodeError
+        join = b"".join
+        append = out.append
+        to_doc = self.to_doc
+        route = self.router.route
+        prefix = self._prefix
+        static_prefix = self._static_prefix
+        line_filter = self.line_filter
+        tz = self.tz
+        ts_prefix = self._ts_prefix
+        ms_text = _MS_TEXT
+        level_bytes = _LEVEL_BYTES
+        fields_bytes = self._fields_bytes
+        mid = self._path_bytes(path)
+        inc = incarnation.encode() + b"-"
+        for start, _end, data, flags in events:
+            d: Any = None
+            if not flags and data[:1] == b"{":
+                try:
+                    d = loads(data)
+                except decode_error:
+                    d = None
+            if type(d) is dict and d and reserved.isdisjoint(d):
+                if line_filter is not None and not line_filter.keep(data.decode("utf-8", "replace")):
+                    continue
+                tm = d.get("time")
+                if type(tm) is int and _FAST_MS_MIN <= tm < _FAST_MS_MAX:
+                    sec, ms = divmod(tm, 1000)
+                    tsp = ts_prefix.get(sec)
+                    if tsp is None:
+                        if len(ts_prefix) > 4096:
+                            ts_prefix.clear()
+                        tsp = b'{"@timestamp":"' + format_timestamp(sec)[:19].encode()
+                        ts_prefix[sec] = tsp
+                    t = tm / 1000.0
+                    ts = ms_text[ms]
+                else:
+                    t = _event_time(d, now, tz)
+                    tsp = b'{"@timestamp":"' + format_timestamp(t).encode() + b'"'
+                    ts = b""
+                lv = d.get("level")
+                if type(lv) is int:
+                    lvb = level_bytes.get(lv, b"")
+                elif type(lv) is str and lv:
+                    lvb = b',"level":' + dumps(lv)
+                else:
+                    lvb = b""
+                msg = d.get("msg")
+                msgb = b',"message":' + dumps(msg) if msg is not None and "message" not in d else b""
+                sb = b"%d" % start
+                pair = join((static_prefix or prefix(route(d, t)), inc, sb, b'"}}\n', tsp, ts, mid, sb, lvb,
+                             b"}", msgb, fields_bytes, b",", dumps(d)[1:], b"\n"))
+                nbytes += len(pair)
+                append(pair)
+                continue
+            r = to_doc(data, flags, path, start, now, d if type(d) is dict else None)
+            if r is None:
+                continue
+            doc, t = r
+            pair = join((prefix(route(doc, t)), inc, b"%d\"}}\n" % start, dumps(doc), b"\n"))
+            nbytes += len(pair)
+            append(pair)
+        return nbytes
+
+    def build_reserialised(self, incarnation: str, path: str, events: list[Line], now: float,
+                           out: list[bytes]) -> int:
+        """`build` without splicing: every event through `to_doc` and one full serialisation."""
         nbytes = 0
         to_doc = self.to_doc
         route = self.router.route
