@@ -402,7 +402,8 @@ class TelemetryEvents(Events):
     def retry_scheduled(self, reason: str, delay_s: float, host: str | None) -> None:
         self.m.inc("shipper_retries_total")
         now = time.monotonic()
-        if self.output_up or now - self._last_retry_log > 60:
+        # ship/sender.py logs each fault episode per host; this is a reminder at most once a minute
+        if now - self._last_retry_log > 60:
             self._last_retry_log = now
             log.warning("output retrying", extra={"reason": reason, "host": host, "delay_s": round(delay_s, 3)})
 

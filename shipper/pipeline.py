@@ -349,14 +349,9 @@ class Pipeline:
             bodies = _group(acc.parts, self.cfg.output.bulk_max_events, self.cfg.output.bulk_max_bytes)
             covers = {k: (v[0], v[1]) for k, v in acc.covers.items()}
             gzip = self.cfg.output.compression == "gzip"
-            while True:
-                try:
-                    records = await self.spool.call(self.spool.spool.commit, bodies, covers,
-                                                    list(acc.checkpoints.values()), gzip)
-                    break
-                except SpoolFullError as e:
-                    self.events.spool_error(str(e))
-                    await self.clock.sleep(1.0)
+            # a full disk waits here (logged once): reading pauses with it, the files are the buffer
+            records = await self._spool_write(self.spool.spool.commit, bodies, covers,
+                                              list(acc.checkpoints.values()), gzip)
             for cp in acc.checkpoints.values():
                 self._index_cp(cp)
             for meta, stored in records:

@@ -29,6 +29,7 @@ from shipper.spool import decode_body, gzip_compress
 log = logging.getLogger("shipper.output")
 
 DOWN_AFTER_FAILURES = 3      # 429/5xx answers in a row before the output counts as down
+OVERLOAD_LOG_EVERY_S = 60.0  # an overload warning per host at most this often
 
 # episode kinds -> the phrase logged once when a host enters that state
 _EPISODE_PHRASES = {
@@ -68,7 +69,8 @@ class Sender:
         self.last_error: str | None = None
         self.last_success = time.monotonic()
         self.peak_in_flight = 0
-        self._episodes: dict[str, str] = {}   # host -> the fault kind logged for it
+        self._episodes: dict[str, str] = {}   # host -> the fault kind logged for it (":quiet": not logged)
+        self._overload_logged: dict[str, float] = {}
 
     # ------------------------------------------------------------------ request slots
 
@@ -233,16 +235,24 @@ class Sender:
         self.events.retry_scheduled(reason, delay, reply.host)
 
     def _episode(self, host: str, kind: str, reason: str, status: int | None) -> None:
-        """Log a fault once when a host enters it (not once per retry); the secret never appears."""
-        if self._episodes.get(host) == kind:
+        """Log a fault once when a host enters it (not once per retry); the secret never appears.
+        Overload episodes (429/5xx between successes) are logged at most once a minute per host:
+        a cluster shedding every other request would otherwise log twice a request."""
+        if self._episodes.get(host) in (kind, kind + ":quiet"):
             return
+        now = time.monotonic()
+        if kind == "overloaded" and now - self._overload_logged.get(host, float("-inf")) < OVERLOAD_LOG_EVERY_S:
+            self._episodes[host] = kind + ":quiet"
+            return
+        if kind == "overloaded":
+            self._overload_logged[host] = now
         self._episodes[host] = kind
         level = logging.ERROR if kind in ("auth", "forbidden") else logging.WARNING
         log.log(level, _EPISODE_PHRASES[kind], extra={"host": host, "status": status, "reason": reason})
 
     def _end_episode(self, host: str) -> None:
         kind = self._episodes.pop(host, None)
-        if kind is not None:
+        if kind is not None and not kind.endswith(":quiet"):
             log.info("output host recovered", extra={"host": host, "after": kind})
 
     def _set_state(self, up: bool, error: str | None) -> None:

@@ -1,0 +1,89 @@
+"""A full disk under state_dir: writes fail as a whole (SQLite rolls back), the pipeline waits and
+logs once, and carries on when space is back. The disk is made "full" with SQLite's
+max_page_count, which fails exactly like ENOSPC does (SQLITE_FULL: "database or disk is full")."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from shipper.config import Config
+from shipper.errors import SpoolFullError
+from shipper.model import Checkpoint, DeadLetter
+from shipper.pipeline import Pipeline
+from shipper.spool import AsyncSpool, Spool
+from tests.support.pipeline_rig import FakeClock, RecordingEvents
+
+
+def _fill(spool: Spool, spare_pages: int = 4) -> None:
+    pages = spool.cache._sql("PRAGMA page_count").fetchone()[0]
+    spool.cache._sql(f"PRAGMA max_page_count = {pages + spare_pages}")
+
+
+def _unfill(spool: Spool) -> None:
+    spool.cache._sql("PRAGMA max_page_count = 1073741823")
+
+
+def _cp(offset: int) -> Checkpoint:
+    return Checkpoint("inc1", "/var/log/app.log", 1, 2, 0, "", offset)
+
+
+def test_a_full_disk_changes_nothing_and_the_spool_reopens_intact(tmp_path: Path) -> None:
+    spool = Spool(str(tmp_path))
+    [(first, _)] = spool.commit([(b"a" * 100, 1)], {"inc1": (0, 100)}, [_cp(100)], False)
+    _fill(spool)
+    with pytest.raises(SpoolFullError, match="full"):
+        for _ in range(20):
+            spool.commit([(os.urandom(60_000), 1)], {"inc1": (100, 200)}, [_cp(200)], False)
+    kept = dict(spool.pending)
+    with pytest.raises(SpoolFullError):
+        spool.commit([(os.urandom(200_000), 1)], {"inc1": (200, 300)}, [_cp(300)], False)
+    assert spool.pending == kept
+    assert spool.checkpoints["inc1"].offset in (100, 200)        # never an offset without its record
+    dead = [DeadLetter("logs", "mapper_parsing_exception: x", 400, os.urandom(300_000).hex().encode(), 0.0, "id1")]
+    with pytest.raises(SpoolFullError):
+        spool.ack(first.seq, dead)                             # record and dead letter go together or not at all
+    assert first.seq in spool.pending and spool.dead_letters == 0
+    _unfill(spool)
+    spool.ack(first.seq, dead)
+    assert first.seq not in spool.pending and spool.dead_letters == 1
+    cp_offset = spool.checkpoints["inc1"].offset
+    pending = sorted(spool.pending)
+    spool.close()
+    again = Spool(str(tmp_path))
+    try:
+        assert sorted(again.pending) == pending
+        assert again.checkpoints["inc1"].offset == cp_offset
+        assert again.dead_letters == 1
+        for seq in pending:
+            assert again.read(seq) is not None
+    finally:
+        again.close()
+
+
+async def test_the_pipeline_waits_out_a_full_disk_logging_once(tmp_path: Path) -> None:
+    spool = Spool(str(tmp_path))
+    aspool = AsyncSpool(spool)
+    clock = FakeClock()
+    events = RecordingEvents()
+    p = Pipeline(Config(state_dir=str(tmp_path)), aspool, events, clock)
+    try:
+        [(meta, _)] = await aspool.call(spool.commit, [(b"x" * 100, 1)], {}, [], False)
+        p.queue_events, p.queue_bytes = meta.events, meta.stored_bytes
+        await aspool.call(_fill, spool, 0)
+        dead = [DeadLetter("logs", "r", 400, os.urandom(200_000).hex().encode(), 0.0, "id")]
+        ack = asyncio.create_task(p._ack(meta, dead))
+        while len(clock.slept) < 5:
+            await asyncio.sleep(0.01)
+        assert not ack.done()
+        assert [n for n, _ in events.seen].count("spool_error") == 1
+        await aspool.call(_unfill, spool)
+        await asyncio.wait_for(ack, 10)
+        assert p.queue_events == 0 and spool.dead_letters == 1
+        assert ("info", ("spool writable again",)) in [(n, a[:1]) for n, a in events.seen]
+    finally:
+        await p.client.close()
+        await aspool.close()
