@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fnmatch
 import logging
 import os
 import random
 import socket
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,13 +30,14 @@ from shipper.ship import bulk as bulkproto
 from shipper.ship.sender import Attempt, Sender
 from shipper.spool import AsyncSpool, RecordMeta, dlq_answer, dlq_claim
 from shipper.tail import discovery, identity
-from shipper.tail.harvester import CHUNK_BYTES, Harvester, open_file
+from shipper.tail.harvester import CHUNK_BYTES, GzipReader, Harvester, open_file
 
 log = logging.getLogger("shipper.pipeline")
 
 POLL_S = 0.25                 # fallback look at open files when inotify said nothing
-ROTATED_GRACE_S = 5.0         # a rotated-away file is kept open this long after its last growth
-DELETED_GRACE_S = 1.0
+DELETED_GRACE_S = 1.0         # a deleted file, read to its end, is closed this long after its last growth
+MTIME_SLACK_S = 0.05          # file mtimes come from a coarser clock than time.time()
+RESCAN_MIN_GAP_S = 0.2        # inotify-triggered rescans (something was created or moved in) at most this often
 BODY_CACHE_BYTES = 16 * 1024 * 1024   # record bodies kept in memory for the senders; beyond: re-read
 RESUME_FRACTION = 0.75        # a paused reader resumes when the queue is below this share of max_bytes
 DLQ_CHECK_S = 1.0             # how often a sender looks for a `shipper dlq replay|purge` request
@@ -46,6 +49,7 @@ class Source:
     input_idx: int
     builder: DocBuilder
     aggregator: Any = None          # MultilineAggregator when the input has multiline
+    role: str = "live"              # "live": the file itself (maybe renamed); "copy": a rotated copy read to its end
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -59,6 +63,30 @@ class Source:
             if ps is not None and ps < off:
                 off = ps
         return off
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A file to open: found by the globs, or where an incarnation's content lives now."""
+
+    path: str
+    input_idx: int
+    key: tuple[int, int]
+    why: str                        # glob | renamed | copy | gz (with cp) | successor
+    cp: Checkpoint | None = None    # the incarnation it continues
+    first_scan: bool = False
+    doc_path: str | None = None     # successor: the path its lines were written at
+
+
+@dataclass(slots=True)
+class Parked:
+    """A closed file read to its end: reopened when its size or mtime changes."""
+
+    size: int
+    mtime_ns: int
+    incarnation: str | None
+    path: str
+    input_idx: int
 
 
 @dataclass(slots=True)
@@ -99,16 +127,36 @@ class Pipeline:
         self.cached_bytes = 0
         self.paused = False
         self.first_scan_done = False
-        self.done_files: dict[tuple[int, int], int] = {}   # (dev, ino) -> size when found fully read
+        self.max_open_files = max(1, cfg.max_open_files)
+        self.clean_removed_after_s = cfg.clean_removed_after_s
+        self.parked: dict[tuple[int, int], Parked] = {}
+        self._parked_paths: dict[str, tuple[int, int]] = {}
+        self.waiting: dict[tuple[int, int], Candidate] = {}    # in arrival order: fair under max_open_files
+        self.cps: dict[str, Checkpoint] = {}                   # incarnation -> its latest checkpoint
+        self._by_key: dict[tuple[int, int], set[str]] = {}
+        self._by_path: dict[str, set[str]] = {}
+        self._by_root: dict[str, set[str]] = {}                # rotation root (app.log for app.log.2.gz) -> incs
+        self._known_paths: set[str] = set()
+        self._path_input: dict[str, int] = {}
+        self._orphan_seen: dict[str, tuple[str, int, int, int]] = {}   # inc -> where it was last found, unchanged
+        self._orphan_paths: dict[str, str] = {}
+        self._copy_failures: dict[str, int] = {}
+        self._rescan_soon = False
+        self._last_scan = float("-inf")
+        self._successor_paths: dict[str, tuple[float, int]] = {}
+        self._path_seen_at: dict[str, float] = {}    # path -> wall time of the last rescan that saw a file there
+        self._seen_before: dict[str, float] = {}     # the same, as of the rescan before this one
         self._spool_full = False
         self._next_dlq_check = 0.0
         self.read_total = 0
         self.shipped_total = 0
-        self._commit_lock = asyncio.Lock()
+        self._commit_lock = asyncio.Lock()      # held from taking the accumulator until its record is queued
+        self._writing: Accumulator | None = None  # taken by commit(), being written on the spool thread
+        self._commit_task: asyncio.Future[None] | None = None
         self._watcher: discovery.Watcher | None = None
-        self._cp_index: dict[tuple[int, int], Checkpoint] = {}
         for cp in spool.spool.checkpoints.values():
-            self._index_cp(cp)
+            self._index_cp(dataclasses.replace(cp))
+            self._known_paths.add(cp.path)
         for seq in sorted(spool.spool.pending):
             meta = spool.spool.pending[seq]
             self.outbox.append((meta, None))
@@ -118,64 +166,412 @@ class Pipeline:
             self.outbox_ready.set()
 
     # ================================================================ reading side
+    #
+    # Identity: a file incarnation is (dev, inode) plus the fingerprint of its first bytes, with a
+    # checkpoint in `self.cps`. A source reads one open file for one incarnation: the live file,
+    # the same inode renamed (`app.log.1`), or a rotated copy (plain or .gz) that holds the range
+    # the incarnation had not read yet. A file that is not open is parked (read to its end,
+    # reopened when it changes), waiting (for a slot under max_open_files), or an orphan: an
+    # unfinished incarnation the globs no longer show, looked up among its rotated siblings by
+    # content. The rescan (globs + stat, in a thread) decides what exists; inotify only hurries it.
 
     def _index_cp(self, cp: Checkpoint) -> None:
-        key = (cp.dev, cp.inode)
-        old = self._cp_index.get(key)
-        if old is None or cp.updated >= old.updated:
-            self._cp_index[key] = cp
+        old = self.cps.get(cp.incarnation)
+        # the object an open source moves is the truth; the accumulator's copies of it never newer
+        if old is not None and old is not cp and (old.updated, old.offset, old.finished) >= (cp.updated, cp.offset, cp.finished):
+            return
+        self.cps[cp.incarnation] = cp
+        self._by_key.setdefault((cp.dev, cp.inode), set()).add(cp.incarnation)
+        self._by_path.setdefault(cp.path, set()).add(cp.incarnation)
+        self._by_root.setdefault(identity.rotation_root(cp.path), set()).add(cp.incarnation)
 
-    def _make_source(self, path: str, idx: int, fd: int, st: os.stat_result, cp: Checkpoint) -> Source:
+    def _unindex_cp(self, inc: str) -> None:
+        cp = self.cps.pop(inc, None)
+        if cp is None:
+            return
+        for index, k in ((self._by_key, (cp.dev, cp.inode)), (self._by_path, cp.path),
+                         (self._by_root, identity.rotation_root(cp.path))):
+            s = index.get(k)  # type: ignore[attr-defined]
+            if s is not None:
+                s.discard(inc)
+                if not s:
+                    del index[k]  # type: ignore[attr-defined]
+        self._forget_orphan(inc)
+
+    def _stage(self, cp: Checkpoint) -> None:
+        """Put a copy of this checkpoint into the accumulator: it is written with the next record."""
+        if self.acc.empty():
+            self.acc.started = self.clock.monotonic()
+        self.acc.checkpoints[cp.incarnation] = dataclasses.replace(cp)
+        self._index_cp(cp)
+
+    def _finish_cp(self, cp: Checkpoint) -> None:
+        """Nothing more will be read for this incarnation."""
+        cp.finished = True
+        cp.updated = self.clock.time()
+        self._stage(cp)
+        self._forget_orphan(cp.incarnation)
+
+    def _forget_orphan(self, inc: str) -> None:
+        seen = self._orphan_seen.pop(inc, None)
+        if seen is not None and self._orphan_paths.get(seen[0]) == inc:
+            del self._orphan_paths[seen[0]]
+
+    def _lookup(self, key: tuple[int, int], head: bytes, size: int | None) -> Checkpoint | None:
+        """The known incarnation of the file (dev, inode) whose fingerprint its first bytes carry,
+        and that has not read past its size (else it was truncated and is another one now)."""
+        best: tuple[tuple[bool, float, int], Checkpoint] | None = None
+        for inc in self._by_key.get(key, ()):
+            cp = self.cps[inc]
+            if size is not None and cp.offset > size:
+                continue
+            if cp.fp_len == 0:
+                # an empty file's fingerprint names nothing: only an open-ended incarnation that read
+                # nothing yet may claim its inode (a finished one is some other file's inode now)
+                if cp.offset != 0 or cp.finished:
+                    continue
+            elif not identity.head_matches(head, cp.fp_len, cp.fp):
+                continue
+            rank = (not cp.finished, cp.updated, cp.offset)
+            if best is None or rank > best[0]:
+                best = (rank, cp)
+        return None if best is None else best[1]
+
+    def _copy_of(self, path: str, head: bytes, key: tuple[int, int]) -> Checkpoint | None:
+        """The known incarnation that this file is a rotated copy of (plain or compressed): its name
+        is a rotation of that incarnation's name and it starts with the fingerprinted bytes."""
+        root = identity.rotation_root(path)
+        if root == path:
+            return None
+        best: tuple[tuple[int, bool, float], Checkpoint] | None = None
+        for inc in self._by_root.get(root, ()):
+            cp = self.cps[inc]
+            if (cp.dev, cp.inode) == key or not identity.head_matches(head, cp.fp_len, cp.fp):
+                continue
+            rank = (cp.fp_len, not cp.finished, cp.updated)
+            if best is None or rank > best[0]:
+                best = (rank, cp)
+        return None if best is None else best[1]
+
+    def _input_for(self, path: str) -> int | None:
+        """The input whose globs match `path` (checkpoints do not record it); None if none does now."""
+        idx = self._path_input.get(path)
+        if idx is not None:
+            return idx
+        for i, inp in enumerate(self.cfg.inputs):
+            if any(fnmatch.fnmatch(path, os.path.expanduser(p)) for p in inp.paths) and \
+                    not discovery.is_excluded(path, inp.exclude):
+                self._path_input[path] = i
+                return i
+        return None
+
+    def _make_source(self, path: str, idx: int, fd: int, st: os.stat_result, cp: Checkpoint, *,
+                     start: int | None = None, gz: GzipReader | None = None, size_hint: int | None = None,
+                     role: str = "live") -> Source:
         inp = self.cfg.inputs[idx]
-        h = Harvester(path, fd, st, cp, inp.max_line_bytes, self.clock.monotonic())
-        agg = None
-        if inp.multiline is not None:
-            from shipper.parse.multiline import MultilineAggregator
-            agg = MultilineAggregator(inp.multiline.start, inp.multiline.max_lines, inp.multiline.timeout_s)
-        return Source(h, idx, self.builders[idx], agg)
+        h = Harvester(path, fd, st, cp, inp.max_line_bytes, self.clock.monotonic(), start_offset=start,
+                      gz=gz, size_hint=size_hint)
+        return Source(h, idx, self.builders[idx], self._aggregator(idx), role)
+
+    def _aggregator(self, idx: int) -> Any:
+        inp = self.cfg.inputs[idx]
+        if inp.multiline is None:
+            return None
+        from shipper.parse.multiline import MultilineAggregator
+        return MultilineAggregator(inp.multiline.start, inp.multiline.max_lines, inp.multiline.timeout_s)
+
+    def _scan_thread(self) -> list[tuple[str, int, os.stat_result]]:
+        entries = discovery.scan_stat(self.cfg.inputs)
+        if self._watcher is not None:
+            try:
+                self._watcher.watch(self.cfg.inputs)     # base directories that appeared since
+            except Exception as e:  # watching is an optimisation; the rescan is the truth
+                log.debug("file watching not extended", extra={"error": str(e)})
+        return entries
 
     async def rescan(self) -> None:
-        """Glob every input; open new files, resuming known incarnations from their checkpoint."""
-        found = await asyncio.to_thread(_scan_and_stat, self.cfg.inputs)
-        for path, idx, dev, ino, size in found:
-            key = (dev, ino)
-            if key in self.sources:
-                continue
-            if self.done_files.get(key) == size:
-                continue
-            opened = open_file(path)
-            if opened is None:
-                continue
-            fd, st = opened
+        """Glob every input: queue new and changed files for opening, then look for the unfinished
+        incarnations the globs no longer show (rotated, compressed, copied), then open what fits."""
+        self._last_scan = self.clock.monotonic()
+        scan_started = self.clock.time()
+        entries = await asyncio.to_thread(self._scan_thread)
+        # open files first: a truncation noticed now gives the new content its incarnation (and
+        # fingerprint) before any sibling is judged by content
+        self.check_sources()
+        for src in self.sources.values():
+            if src.role == "live":
+                src.harvester.refresh_fingerprint()    # a young file's content claimed before a copy of it is judged
+        first = not self.first_scan_done
+        seen: dict[tuple[int, int], str] = {}
+        prev_seen_at, self._path_seen_at = self._path_seen_at, {}
+        for path, idx, st in entries:
             key = (st.st_dev, st.st_ino)
-            if key in self.sources:
-                os.close(fd)
+            seen[key] = path
+            self._path_input[path] = idx
+            self._path_seen_at[path] = scan_started
+            if key in self.sources or key in self.waiting:
                 continue
-            cp = self._cp_index.get(key)
-            resume = False
-            if cp is not None and identity.matches(fd, cp.fp_len, cp.fp) and cp.offset <= st.st_size:
-                if cp.fp_len or st.st_size >= cp.offset:
-                    resume = True
-            if resume and cp is not None:
-                if cp.offset >= st.st_size and cp.finished:
-                    os.close(fd)
-                    self.done_files[key] = st.st_size
-                    continue
-                cp = dataclasses.replace(cp, path=path, finished=False)
-            else:
-                fp_len, fp = identity.fingerprint_fd(fd, st.st_size)
-                start = st.st_size if (self.cfg.inputs[idx].start_at == "end" and not self.first_scan_done) else 0
-                if start:
-                    # start at the end of the last complete line
-                    start = _last_newline_end(fd, st.st_size)
-                cp = Checkpoint(identity.new_incarnation(), path, st.st_dev, st.st_ino, fp_len, fp, start,
-                                st.st_size, time.time())
-                self.acc.checkpoints[cp.incarnation] = dataclasses.replace(cp)
-            self._index_cp(cp)
-            src = self._make_source(path, idx, fd, st, cp)
-            self.sources[key] = src
-            self.events.file_opened(path, st.st_ino, cp.offset, cp.incarnation)
+            p = self.parked.get(key)
+            if p is not None and p.size == st.st_size and p.mtime_ns == st.st_mtime_ns:
+                continue
+            self.waiting[key] = Candidate(path, idx, key, "glob", first_scan=first)
+        for key in [k for k in self.parked if k not in seen]:
+            self._unpark(key)
+        if len(self._path_input) > 4 * len(seen) + 1024:
+            self._path_input = {path: self._path_input[path] for path in seen.values() if path in self._path_input}
         self.first_scan_done = True
+        self._seen_before = prev_seen_at
+        await self._resolve_orphans(seen)
+        await self.open_waiting()
+        if self._successor_paths:
+            await self._find_successors(seen)
+            await self.open_waiting()
+
+    def _unpark(self, key: tuple[int, int]) -> Parked | None:
+        p = self.parked.pop(key, None)
+        if p is not None and self._parked_paths.get(p.path) == key:
+            del self._parked_paths[p.path]
+        return p
+
+    async def _resolve_orphans(self, seen: dict[tuple[int, int], str]) -> None:
+        """Unfinished incarnations that no source reads and no glob shows: find their content among
+        the rotated siblings (same inode renamed, a plain copy, a .gz) and read the rest from there;
+        also ship the siblings written at that path while we did not look (a downtime across
+        rotations). An incarnation found nowhere is finished (and its unread bytes reported)."""
+        open_incs = {s.checkpoint.incarnation for s in self.sources.values()}
+        holders: dict[tuple[int, int], str | None] = {k: p.incarnation for k, p in self.parked.items()}
+        for k, s in self.sources.items():
+            holders[k] = s.checkpoint.incarnation
+        todo: list[Checkpoint] = []
+        for cp in self.cps.values():
+            if cp.finished or cp.incarnation in open_incs:
+                continue
+            key = (cp.dev, cp.inode)
+            if key in self.waiting:
+                continue           # identified when it is opened
+            if key in seen and holders.get(key) == cp.incarnation:
+                continue           # parked where the globs see it
+            todo.append(cp)
+        if not todo:
+            return
+        cache = dict(self._orphan_seen)
+        results = await asyncio.to_thread(_locate, todo, cache)
+        for res in results:
+            if res is None:
+                continue
+            cp, found, sibs = res
+            if cp.finished or self.cps.get(cp.incarnation) is not cp:
+                continue
+            idx = self._input_for(cp.path)
+            if idx is None:
+                self.events.file_closed(cp.path, cp.inode, cp.offset, "no input matches it any more")
+                self._finish_cp(cp)
+                continue
+            if found is None:
+                lost = max(0, cp.size - cp.offset)
+                if lost:
+                    self.events.bytes_lost(cp.path, cp.inode, lost, "file gone before it was read to its end")
+                self.events.file_closed(cp.path, cp.inode, cp.offset, "gone")
+                self._finish_cp(cp)
+            else:
+                kind, sib = found
+                key = (sib.dev, sib.inode)
+                if key in self.sources or key in self.waiting:
+                    pass
+                elif kind == "renamed" and sib.size <= cp.offset:
+                    self._orphan_seen[cp.incarnation] = (sib.path, sib.inode, sib.size, sib.mtime_ns)
+                    self._orphan_paths[sib.path] = cp.incarnation
+                elif kind == "copy" and sib.size <= cp.offset:
+                    self._finish_cp(cp)          # the copy holds nothing we have not read
+                else:
+                    self.waiting[key] = Candidate(sib.path, idx, key, kind, cp=cp)
+            self._queue_successors(cp.path, cp.updated, idx, sibs, seen)
+
+    def _queue_successors(self, path: str, since: float, idx: int, sibs: list[identity.Sibling],
+                          seen: dict[tuple[int, int], str]) -> None:
+        """What was written at `path` while nobody looked (a downtime across rotations): rotated
+        siblings modified after our last look (`since`, wall time) that no checkpoint knows."""
+        for sib in sibs:
+            key = (sib.dev, sib.inode)
+            if sib.mtime <= since - MTIME_SLACK_S or key in seen or key in self.sources or key in self.waiting:
+                continue
+            if self._lookup(key, sib.head, None) is not None or self._copy_of(sib.path, sib.head, key) is not None:
+                continue
+            self.waiting[key] = Candidate(sib.path, idx, key, "successor", doc_path=path)
+
+    async def _find_successors(self, seen: dict[tuple[int, int], str]) -> None:
+        """For each path that got a new incarnation after we had lost sight of it, queue the
+        rotated siblings written in between (see `_queue_successors`)."""
+        todo, self._successor_paths = self._successor_paths, {}
+        listed = await asyncio.to_thread(_list_siblings, list(todo))
+        for path, sibs in listed.items():
+            since, idx = todo[path]
+            self._queue_successors(path, since, idx, sibs, seen)
+
+    def _recheck_modified(self, paths: set[str]) -> None:
+        """inotify said these paths were written: reopen parked files that changed."""
+        for path in paths:
+            key = self._parked_paths.get(path)
+            if key is not None:
+                p = self.parked[key]
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) == key and (st.st_size != p.size or st.st_mtime_ns != p.mtime_ns):
+                    self._unpark(key)
+                    self.waiting.setdefault(key, Candidate(path, p.input_idx, key, "glob"))
+                continue
+            inc = self._orphan_paths.get(path)
+            if inc is not None:
+                self._forget_orphan(inc)
+                self._rescan_soon = True
+
+    def _evict(self, n: int) -> int:
+        """Close up to n sources that are read to their end (least recently grown first) so that
+        waiting files get a slot. A deleted file is never closed early: closing it loses its rest."""
+        idle = []
+        now = self.clock.monotonic()
+        for key, src in list(self.sources.items()):
+            h = src.harvester
+            if src.role != "live" or h.state not in ("active", "renamed") or not h.at_eof or h.position < h.size:
+                continue
+            if src.aggregator is not None and src.aggregator.pending_start is not None:
+                continue
+            what = h.check(now)          # a look first: a file deleted or truncated meanwhile stays open
+            if what == "truncated":
+                self._on_truncated(key, src)
+                continue
+            if what != "same" or h.state not in ("active", "renamed"):
+                continue
+            idle.append((h.last_growth, key, src))
+        idle.sort(key=lambda t: t[0])
+        for _t, key, src in idle[:n]:
+            self._park(key, src, "max_open_files")
+        return min(n, len(idle))
+
+    async def open_waiting(self) -> None:
+        """Open waiting files while there are slots under max_open_files (opening happens in a thread)."""
+        if not self.waiting:
+            return
+        free = self.max_open_files - len(self.sources)
+        if free < len(self.waiting):
+            free += self._evict(len(self.waiting) - max(free, 0))
+        if free <= 0:
+            return
+        batch: list[Candidate] = []
+        for key in list(self.waiting)[:free]:
+            batch.append(self.waiting.pop(key))
+        opened = await asyncio.to_thread(_open_batch, batch)
+        for cand, res in zip(batch, opened):
+            if res is None:
+                continue
+            fd, st, head, gz = res
+            try:
+                self._adopt(cand, fd, st, head, gz)
+            except BaseException:
+                if gz is not None:
+                    gz.close()
+                os.close(fd)
+                raise
+
+    def _adopt(self, cand: Candidate, fd: int, st: os.stat_result, head: bytes, gz: GzipReader | None) -> None:
+        """Decide what an opened file is, and read it as that (or close it again)."""
+        key = (st.st_dev, st.st_ino)
+
+        def drop() -> None:
+            if gz is not None:
+                gz.close()
+            os.close(fd)
+
+        if key in self.sources or (cand.cp is not None and key != cand.key):
+            drop()
+            return
+        was_parked = self._unpark(key) is not None
+        idx = cand.input_idx
+        now_wall = self.clock.time()
+        if cand.cp is not None:
+            cp = cand.cp
+            if cp.finished or self.cps.get(cp.incarnation) is not cp or \
+                    any(s.checkpoint.incarnation == cp.incarnation for s in self.sources.values()):
+                drop()
+                return
+            self._forget_orphan(cp.incarnation)
+            if cand.why == "renamed":
+                src = self._make_source(cand.path, idx, fd, st, cp)
+                src.harvester.state = "renamed"
+            else:
+                src = self._make_source(cand.path, idx, fd, st, cp, gz=gz, role="copy", size_hint=st.st_size if gz is None else None)
+                self.events.rotated_copy_opened(cp.path, cand.path, cp.incarnation, cp.offset)
+            self.sources[key] = src
+            self.events.file_opened(cand.path, st.st_ino, cp.offset, cp.incarnation)
+            return
+        if cand.why == "glob":
+            cp_found = self._lookup(key, head, None if gz is not None else st.st_size)
+            if cp_found is not None and cp_found.fp_len == 0:
+                self._lost_sight_of(cand.path, idx)   # an empty file's inode proves little: look around
+            if cp_found is not None:
+                cp = cp_found
+                if cp.finished and (gz is not None or st.st_size <= cp.offset):
+                    self._park(key, None, "finished", path=cand.path, st=st, inc=cp.incarnation, idx=idx)
+                    drop()
+                    return
+                if cp.finished:
+                    cp.finished = False          # the same file, grown again after we let it go
+                src = self._make_source(cand.path, idx, fd, st, cp, gz=gz, role="copy" if gz is not None else "live")
+                self.sources[key] = src
+                if was_parked:
+                    self.events.file_reopened(cand.path, st.st_ino, cp.offset)
+                else:
+                    self.events.file_opened(cand.path, st.st_ino, cp.offset, cp.incarnation)
+                return
+            if self._by_key.get(key):
+                self._rescan_soon = True         # its inode held another incarnation: go find that one's copy
+            copy_of = self._copy_of(cand.path, head, key)
+            if copy_of is not None:
+                reading = any(s.checkpoint.incarnation == copy_of.incarnation for s in self.sources.values())
+                if copy_of.finished or reading or self._input_for(copy_of.path) is None:
+                    # a rotated copy of what we read (or are reading): shipping it would ship twice
+                    self._park(key, None, "rotated copy", path=cand.path, st=st, inc=copy_of.incarnation, idx=idx)
+                    drop()
+                    return
+                # the rest of an incarnation we lost track of: read it from this copy
+                self._forget_orphan(copy_of.incarnation)
+                src = self._make_source(cand.path, idx, fd, st, copy_of, gz=gz, role="copy")
+                self.sources[key] = src
+                self.events.rotated_copy_opened(copy_of.path, cand.path, copy_of.incarnation, copy_of.offset)
+                return
+        # a new incarnation
+        doc_path = cand.doc_path or cand.path
+        if cand.why == "glob":
+            self._lost_sight_of(doc_path, idx)
+        inp = self.cfg.inputs[idx]
+        start = 0
+        if gz is None and cand.first_scan and inp.start_at == "end" and cand.path not in self._known_paths:
+            start = _last_newline_end(fd, st.st_size)      # a file never seen: only what comes next
+        fp_len, fp = identity.fingerprint_head(head[:st.st_size] if gz is None else head)
+        cp = Checkpoint(identity.new_incarnation(), doc_path, st.st_dev, st.st_ino, fp_len, fp, start,
+                        st.st_size, now_wall)
+        self._stage(cp)
+        role = "copy" if gz is not None else "live"
+        src = self._make_source(cand.path, idx, fd, st, cp, gz=gz, role=role)
+        if cand.why == "successor" and gz is None:
+            src.harvester.state = "renamed"
+        self.sources[key] = src
+        self.events.file_opened(cand.path, st.st_ino, start, cp.incarnation)
+
+    def _lost_sight_of(self, path: str, idx: int) -> None:
+        """A new incarnation appears at a path we knew: whatever was created there and rotated away
+        since we last looked may have been seen by no one. Look among the rotated siblings for
+        files changed since then that no checkpoint knows (after the rescan, off the loop)."""
+        prev = [self.cps[i] for i in self._by_path.get(path, ())]
+        if not prev:
+            return
+        since = self._seen_before.get(path)
+        if since is None:
+            since = max(c.updated for c in prev)
+        old = self._successor_paths.get(path)
+        self._successor_paths[path] = (since if old is None else min(since, old[0]), idx)
 
     def read_round(self) -> bool:
         """One pass over every open source, bounded by the record limits. True if anything was read."""
@@ -227,7 +623,8 @@ class Pipeline:
             cp.offset = new_off
             cp.size = src.harvester.size
             cp.updated = now_wall
-            src.harvester.refresh_fingerprint()
+            if src.role == "live":
+                src.harvester.refresh_fingerprint()
             acc.checkpoints[cp.incarnation] = dataclasses.replace(cp)
 
     def flush_multiline(self) -> None:
@@ -248,6 +645,7 @@ class Pipeline:
         n0 = len(acc.parts)
         acc.nbytes += src.builder.build(cp.incarnation, cp.path, evs, self.clock.time(), acc.parts)
         acc.events += len(acc.parts) - n0
+        self.read_total += len(evs)
         new_off = src.committed_offset()
         cov = acc.covers.setdefault(cp.incarnation, [cp.offset, new_off])
         cov[1] = new_off
@@ -260,37 +658,110 @@ class Pipeline:
         now = self.clock.monotonic()
         for key, src in list(self.sources.items()):
             h = src.harvester
+            if src.role == "copy":
+                if h.error is not None:
+                    self._copy_failed(key, src)
+                elif h.at_eof:
+                    self._finish(key, src, "rotated copy read")
+                continue
             what = h.check(now)
             if what == "truncated":
-                self._on_truncated(src)
-            elif what in ("renamed", "deleted") and h.state != "active":
+                self._on_truncated(key, src)
+                continue
+            if what == "touched":
+                self._lost_sight_of(src.checkpoint.path, src.input_idx)
+                self._rescan_soon = True
+            if what in ("renamed", "deleted"):
                 self.events.file_rotated(h.path, h.inode, what)
-            if h.state in ("renamed", "deleted") and h.at_eof and h.position >= h.size:
-                grace = DELETED_GRACE_S if h.state == "deleted" else ROTATED_GRACE_S
-                if now - h.last_growth >= grace:
-                    self._finish(key, src, h.state)
-            elif h.state == "active" and h.at_eof and now - h.last_growth >= self.cfg.inputs[src.input_idx].close_inactive_s:
-                self._close_inactive(key, src)
+            if not h.at_eof or h.position < h.size:
+                continue
+            idle_s = now - h.last_growth
+            if h.state == "deleted":
+                if idle_s >= DELETED_GRACE_S:
+                    self._finish(key, src, "deleted")
+            elif idle_s >= self.cfg.inputs[src.input_idx].close_inactive_s:
+                if src.aggregator is None or src.aggregator.pending_start is None:
+                    self._park(key, src, "inactive")
 
-    def _on_truncated(self, src: Source) -> None:
+    def _on_truncated(self, key: tuple[int, int], src: Source) -> None:
+        """copytruncate (or any truncation): the range not read yet is in the copy logrotate left
+        beside the file, found by content; it is read from there as the old incarnation (same _ids)
+        while the file itself goes on as a new incarnation from 0."""
         h = src.harvester
         old = src.checkpoint
-        self.events.file_truncated(h.path, h.inode, old.offset)
-        done = dataclasses.replace(old, finished=True, updated=self.clock.time())
-        self.acc.checkpoints[old.incarnation] = done
-        if not self.acc.parts and len(self.acc.checkpoints) == 1:
-            self.acc.started = self.clock.monotonic()
+        committed = src.committed_offset()
+        self.events.file_truncated(h.path, h.inode, committed)
+        copy_src = None
+        if old.fp_len:
+            sibs = [s for p in identity.rotated_siblings(h.path) if (s := identity.look_at(p)) is not None]
+            found = identity.find_incarnation(h.path, old.dev, old.inode, old.fp_len, old.fp, committed, sibs,
+                                              copies_only=True)
+            if found is not None:
+                kind, sib = found
+                skey = (sib.dev, sib.inode)
+                opened = open_file(sib.path) if skey not in self.sources else None
+                if opened is not None and (opened[1].st_dev, opened[1].st_ino) == skey:
+                    fd, st = opened
+                    try:
+                        gz = GzipReader(fd) if kind == "gz" else None
+                    except OSError:
+                        os.close(fd)
+                    else:
+                        self._unpark(skey)
+                        old.offset = committed
+                        copy_src = self._make_source(sib.path, src.input_idx, fd, st, old, start=committed, gz=gz,
+                                                     role="copy")
+                        self.sources[skey] = copy_src
+                        self.events.rotated_copy_opened(old.path, sib.path, old.incarnation, committed)
+                elif opened is not None:
+                    os.close(opened[0])
+        if copy_src is None:
+            # no copy: what we hold is all there is of the old incarnation
+            tail = h.flush_partial()
+            if src.aggregator is not None:
+                evs: list[Line] = []
+                for ln in tail:
+                    evs.extend(src.aggregator.feed(ln, self.clock.monotonic()))
+                evs.extend(src.aggregator.flush())
+                tail = evs
+            if tail:
+                self._take_events(src, tail)
+            lost = max(0, h.size - h.position)
+            if lost:
+                self.events.bytes_lost(h.path, h.inode, lost, "truncated before it was read, and no rotated copy found")
+            self._finish_cp(old)
         try:
             size = os.fstat(h.fd).st_size
         except OSError:
             size = 0
         fp_len, fp = identity.fingerprint_fd(h.fd, size)
-        cp = Checkpoint(identity.new_incarnation(), h.path, h.dev, h.inode, fp_len, fp, 0, size, time.time())
+        cp = Checkpoint(identity.new_incarnation(), old.path, h.dev, h.inode, fp_len, fp, 0, size, self.clock.time())
         h.restart_at_zero(cp)
-        if src.aggregator is not None:
-            src.aggregator.flush()   # events of the old incarnation that were held are re-read nowhere: see README
-        self.acc.checkpoints[cp.incarnation] = dataclasses.replace(cp)
-        self._index_cp(cp)
+        src.aggregator = self._aggregator(src.input_idx)   # held lines of the old one are re-read from the copy
+        self._stage(cp)
+        # truncated more than once since we looked? the copies of what we never saw lie beside it too
+        self._lost_sight_of(old.path, src.input_idx)
+        self._rescan_soon = True
+
+    def _copy_failed(self, key: tuple[int, int], src: Source) -> None:
+        """A compressed copy that cannot be read (yet): logrotate may still be writing it. Close it;
+        the incarnation stays unfinished, so a later rescan finds it again (three tries)."""
+        h = src.harvester
+        cp = src.checkpoint
+        n = self._copy_failures.get(cp.incarnation, 0) + 1
+        self._copy_failures[cp.incarnation] = n
+        self.events.file_error(h.path, h.error or "unreadable")
+        if src.committed_offset() != cp.offset:
+            cp.offset = src.committed_offset()
+        h.close()
+        del self.sources[key]
+        if n >= 3:
+            lost = max(0, h.size - cp.offset)
+            self.events.bytes_lost(cp.path, cp.inode, lost, "rotated copy unreadable")
+            self._copy_failures.pop(cp.incarnation, None)
+            self._finish_cp(cp)
+        else:
+            self._index_cp(cp)
 
     def _finish(self, key: tuple[int, int], src: Source, reason: str) -> None:
         """The file will not grow again: its last partial line and held multiline event count."""
@@ -307,23 +778,92 @@ class Pipeline:
         else:
             src.checkpoint.offset = src.committed_offset()
         cp = src.checkpoint
-        cp.finished = True
-        cp.updated = self.clock.time()
-        self.acc.checkpoints[cp.incarnation] = dataclasses.replace(cp)
-        if not self.acc.parts and len(self.acc.checkpoints) == 1:
-            self.acc.started = self.clock.monotonic()
+        self._copy_failures.pop(cp.incarnation, None)
+        self._finish_cp(cp)
         self.events.file_closed(h.path, h.inode, cp.offset, reason)
+        if src.role == "copy":
+            # a rotated copy the globs may also show: remember it, so it is not looked at again
+            size, mtime_ns = _disk_stat(h.fd)
+            self.parked[key] = Parked(size, mtime_ns, cp.incarnation, h.path, src.input_idx)
+            self._parked_paths[h.path] = key
         h.close()
         del self.sources[key]
 
-    def _close_inactive(self, key: tuple[int, int], src: Source) -> None:
-        h = src.harvester
-        if src.aggregator is not None and src.aggregator.pending_start is not None:
+    def _park(self, key: tuple[int, int], src: Source | None, reason: str, *, path: str = "",
+              st: os.stat_result | None = None, inc: str | None = None, idx: int = 0) -> None:
+        """Close a file that is read to its end; it is reopened (by identity) when it changes."""
+        if src is None:
+            assert st is not None
+            self.parked[key] = Parked(st.st_size, st.st_mtime_ns, inc, path, idx)
+            self._parked_paths[path] = key
             return
-        self.events.file_closed(h.path, h.inode, src.checkpoint.offset, "inactive")
-        self.done_files[key] = h.size
+        h = src.harvester
+        cp = src.checkpoint
+        if h.state == "active":
+            self.parked[key] = Parked(h.size, h.mtime_ns, cp.incarnation, h.path, src.input_idx)
+            self._parked_paths[h.path] = key
+        else:
+            # renamed: the globs no longer show it; its rotated siblings do (an orphan, remembered)
+            try:
+                pst = os.stat(h.path)
+            except OSError:
+                pst = None
+            if pst is not None and (pst.st_dev, pst.st_ino) == key:
+                self._orphan_seen[cp.incarnation] = (h.path, h.inode, h.size, h.mtime_ns)
+                self._orphan_paths[h.path] = cp.incarnation
+        self._index_cp(cp)
+        self.events.file_parked(h.path, h.inode, cp.offset, reason)
         h.close()
         del self.sources[key]
+
+    def read_deleted_to_end(self, budget_bytes: int = 64 * 1024 * 1024) -> None:
+        """Stopping: a file deleted while open cannot be found again after a restart, so what it
+        still holds is read now (bounded), before the final commit."""
+        now_mono = self.clock.monotonic()
+        for key, src in list(self.sources.items()):
+            h = src.harvester
+            if src.role != "live" or key not in self.sources:
+                continue
+            if h.check(now_mono) == "truncated":
+                self._on_truncated(key, src)
+                h.check(now_mono)
+            if h.state != "deleted":
+                continue
+            while budget_bytes > 0:
+                before = h.position
+                lines = h.read(CHUNK_BYTES)
+                budget_bytes -= h.position - before
+                if lines:
+                    self._take(src, lines, self.clock.time(), now_mono)
+                if h.at_eof and not lines:
+                    break
+            if budget_bytes > 0:
+                self._finish(key, src, "deleted")
+
+    async def clean_checkpoints(self) -> int:
+        """Forget checkpoints of files that are gone and fully shipped, `clean_removed_after` after
+        they finished, so the store does not grow without bound. A finished incarnation whose
+        content still lies beside its path (a rotated copy, a .gz) is kept: forgetting it would
+        let a glob that matches the copy ship it again. Returns how many were forgotten."""
+        grace = self.clean_removed_after_s
+        now_wall = self.clock.time()
+        open_incs = {s.checkpoint.incarnation for s in self.sources.values()}
+        old = [cp for cp in self.cps.values()
+               if cp.finished and now_wall - cp.updated >= grace and cp.incarnation not in open_incs]
+        if not old:
+            return 0
+        gone = await asyncio.to_thread(_gone, old)
+        async with self._commit_lock:
+            incs = [cp.incarnation for cp in gone
+                    if self.cps.get(cp.incarnation) is cp and cp.finished and cp.incarnation not in self.acc.checkpoints]
+            if not incs:
+                return 0
+            forgotten = await self.spool.call(self.spool.spool.forget_checkpoints, incs)
+        for inc in forgotten:
+            self._unindex_cp(inc)
+        if forgotten:
+            self.events.checkpoints_forgotten(len(forgotten), len(self.cps))
+        return len(forgotten)
 
     # ================================================================ committing
 
@@ -334,24 +874,53 @@ class Pipeline:
         out = self.cfg.output
         if acc.events >= out.bulk_max_events or acc.nbytes >= out.bulk_max_bytes:
             return True
+        if self.committing:
+            return False       # the record being written goes first; this one keeps filling meanwhile
         age = self.clock.monotonic() - acc.started
         if acc.events and self.in_flight < out.max_in_flight and not self.outbox:
             return True        # a request slot is free: send now rather than wait for a timer
         return age >= out.flush_interval_s
 
-    async def commit(self) -> None:
-        """Write the accumulator as one record with its checkpoints (one transaction), then hand it to the senders."""
-        async with self._commit_lock:
-            acc = self.acc
-            if acc.empty():
-                return
-            self.acc = Accumulator()
-            bodies = _group(acc.parts, self.cfg.output.bulk_max_events, self.cfg.output.bulk_max_bytes)
+    @property
+    def committing(self) -> bool:
+        """A record is being written (or waits to be): the accumulator alone does not show everything read."""
+        return self._commit_lock.locked()
+
+    async def commit(self, wait: bool = True) -> None:
+        """Write the accumulator as one record with its checkpoints (one transaction), then hand it to the senders.
+
+        With wait=False (the reader) only the hand-over is awaited: the record is grouped,
+        compressed and written on the spool thread while the loop reads the next one. Records
+        are written one at a time, in order (the lock is held until a record is queued), so at
+        most one is written behind the reader; a failure to write is raised by the next commit.
+        """
+        prev = self._commit_task
+        if prev is not None and prev.done():
+            self._commit_task = None
+            if not prev.cancelled() and prev.exception() is not None:
+                raise prev.exception()  # type: ignore[misc]
+        await self._commit_lock.acquire()
+        acc = self.acc
+        if acc.empty():
+            self._commit_lock.release()
+            return
+        self.acc = Accumulator()
+        self._writing = acc
+        task = asyncio.ensure_future(self._write_record(acc))
+        self._commit_task = task
+        if wait:
+            self._commit_task = None
+            await task
+
+    async def _write_record(self, acc: Accumulator) -> None:
+        """commit()'s second half, with the lock held: the spool transaction, then the outbox."""
+        try:
+            out = self.cfg.output
             covers = {k: (v[0], v[1]) for k, v in acc.covers.items()}
-            gzip = self.cfg.output.compression == "gzip"
             # a full disk waits here (logged once): reading pauses with it, the files are the buffer
-            records = await self._spool_write(self.spool.spool.commit, bodies, covers,
-                                              list(acc.checkpoints.values()), gzip)
+            records = await self._spool_write(_group_and_commit, self.spool.spool, acc.parts, out.bulk_max_events,
+                                              out.bulk_max_bytes, covers, list(acc.checkpoints.values()),
+                                              out.compression == "gzip")
             for cp in acc.checkpoints.values():
                 self._index_cp(cp)
             for meta, stored in records:
@@ -366,6 +935,9 @@ class Pipeline:
             if records:
                 self.outbox_ready.set()
                 self.events.queue_state(self.queue_events, self.queue_bytes)
+        finally:
+            self._writing = None
+            self._commit_lock.release()
 
     # ================================================================ sending side
 
@@ -388,7 +960,7 @@ class Pipeline:
             await self._dlq_requests()
             while not self.outbox:
                 self.outbox_ready.clear()
-                if self.stopping and self.acc.empty():
+                if self.stopping and self.acc.empty() and not self.committing:
                     return
                 try:
                     await asyncio.wait_for(self.outbox_ready.wait(), timeout=DLQ_CHECK_S)
@@ -490,11 +1062,27 @@ class Pipeline:
         except Exception as e:  # watching is an optimisation; the rescan is the truth
             log.warning("file watching unavailable, relying on rescans", extra={"error": str(e)})
         last_check = 0.0
+        clean_every = min(300.0, max(0.5, self.clean_removed_after_s / 2))
+        next_clean = self.clock.monotonic() + clean_every
         while not self.stopping:
             now = self.clock.monotonic()
-            if now >= next_scan or (self.wake.is_set() and now - next_scan > -scan_every + 1.0):
+            w = self._watcher
+            # a full rescan on schedule, or soon after inotify saw something created or moved in
+            wanted = self._rescan_soon or (w is not None and w.scan_wanted)
+            if now >= next_scan or (wanted and now - self._last_scan >= RESCAN_MIN_GAP_S):
+                if w is not None:
+                    w.scan_wanted = False
+                self._rescan_soon = False
                 await self.rescan()
                 next_scan = self.clock.monotonic() + scan_every
+            else:
+                if w is not None:
+                    self._recheck_modified(w.take_modified())
+                if self.waiting:
+                    await self.open_waiting()
+            if now >= next_clean:
+                await self.clean_checkpoints()
+                next_clean = self.clock.monotonic() + clean_every
             if self.queue_bytes >= self.cfg.queue.max_bytes or (self.paused and not self._has_space()):
                 if not self.paused:
                     self.paused = True
@@ -514,7 +1102,7 @@ class Pipeline:
             progressed = self.read_round()
             self.flush_multiline()
             if self.should_commit():
-                await self.commit()
+                await self.commit(wait=False)    # written on the spool thread while we read on
             now = self.clock.monotonic()
             if not progressed or now - last_check >= POLL_S:
                 self.check_sources()
@@ -535,6 +1123,7 @@ class Pipeline:
         self.stopping = True
         if self._watcher is not None:
             await asyncio.to_thread(self._watcher.stop)
+        self.read_deleted_to_end()
         await self.commit()
         self.outbox_ready.set()
 
@@ -561,7 +1150,7 @@ class Pipeline:
             out.append({"path": h.path, "inode": h.inode, "incarnation": cp.incarnation,
                         "offset": shipped.get(cp.incarnation, cp.offset), "queued_offset": cp.offset,
                         "size": h.size, "lag_bytes": max(0, h.size - shipped.get(cp.incarnation, cp.offset)),
-                        "state": h.state})
+                        "state": "copy" if src.role == "copy" else h.state})
         return out
 
     def _shipped_offsets(self) -> dict[str, int]:
@@ -573,14 +1162,27 @@ class Pipeline:
             for inc, (start, _end) in meta.covers.items():
                 if inc not in out or start < out[inc]:
                     out[inc] = start
-        for inc, (start, _end) in list(self.acc.covers.items()):
-            if inc not in out or start < out[inc]:
-                out[inc] = start
+        for acc in (self._writing, self.acc):
+            if acc is None:
+                continue
+            for inc, (start, _end) in list(acc.covers.items()):
+                if inc not in out or start < out[inc]:
+                    out[inc] = start
         return out
 
     def bytes_at_risk(self) -> int:
+        """Unread bytes that no path names any more: files renamed or deleted while open, and the
+        rotated copies being read for a truncated incarnation. Lost if the process died now and
+        the copies were removed before it came back."""
         return sum(max(0, s.harvester.size - s.harvester.position) for s in self.sources.values()
-                   if s.harvester.state in ("renamed", "deleted"))
+                   if s.role == "copy" or s.harvester.state in ("renamed", "deleted"))
+
+
+def _group_and_commit(spool: Any, parts: list[bytes], max_events: int, max_bytes: int,
+                      covers: dict[str, tuple[int, int]], checkpoints: list[Checkpoint],
+                      gzip: bool) -> list[tuple[RecordMeta, bytes]]:
+    """On the spool thread: join the pairs into bodies (a large join releases the GIL) and store them."""
+    return spool.commit(_group(parts, max_events, max_bytes), covers, checkpoints, gzip)  # type: ignore[no-any-return]
 
 
 def _group(parts: list[bytes], max_events: int, max_bytes: int) -> list[tuple[bytes, int]]:
@@ -605,14 +1207,118 @@ def _group(parts: list[bytes], max_events: int, max_bytes: int) -> list[tuple[by
     return out
 
 
-def _scan_and_stat(inputs: tuple[InputConfig, ...]) -> list[tuple[str, int, int, int, int]]:
-    out = []
-    for path, idx in discovery.scan(inputs).items():
-        try:
-            st = os.stat(path)
-        except OSError:
+def _disk_stat(fd: int) -> tuple[int, int]:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return -1, -1
+    return st.st_size, st.st_mtime_ns
+
+
+def _open_batch(cands: list[Candidate]) -> list[tuple[int, os.stat_result, bytes, GzipReader | None] | None]:
+    """Open files and read their first bytes (through gzip for compressed ones), off the loop."""
+    out: list[tuple[int, os.stat_result, bytes, GzipReader | None] | None] = []
+    for c in cands:
+        opened = open_file(c.path)
+        if opened is None:
+            out.append(None)
             continue
-        out.append((path, idx, st.st_dev, st.st_ino, st.st_size))
+        fd, st = opened
+        gz = None
+        try:
+            if c.why == "gz" or (c.why in ("glob", "successor") and identity.is_compressed(c.path)):
+                gz = GzipReader(fd)
+                head = gz.read(identity.FP_MAX_BYTES)
+            else:
+                head = os.pread(fd, identity.FP_MAX_BYTES, 0)
+        except (OSError, EOFError, zlib.error):
+            if gz is not None:
+                gz.close()
+            os.close(fd)
+            out.append(None)
+            continue
+        out.append((fd, st, head, gz))
+    return out
+
+
+def _locate(cps: list[Checkpoint], cache: dict[str, tuple[str, int, int, int]]
+            ) -> list[tuple[Checkpoint, tuple[identity.Kind, identity.Sibling] | None, list[identity.Sibling]] | None]:
+    """Off the loop: for each incarnation, its rotated siblings and which of them holds it.
+    None for one whose remembered place (`cache`: path, inode, size, mtime) has not changed."""
+    listings: dict[str, list[str] | None] = {}
+    looked: dict[str, identity.Sibling | None] = {}
+    out: list[tuple[Checkpoint, tuple[identity.Kind, identity.Sibling] | None, list[identity.Sibling]] | None] = []
+    for cp in cps:
+        c = cache.get(cp.incarnation)
+        if c is not None:
+            try:
+                st = os.stat(c[0])
+                if (st.st_ino, st.st_size, st.st_mtime_ns) == c[1:]:
+                    out.append(None)
+                    continue
+            except OSError:
+                pass
+        d = os.path.dirname(cp.path)
+        if d not in listings:
+            try:
+                listings[d] = os.listdir(d or ".")
+            except OSError:
+                listings[d] = None
+        names = listings[d]
+        sibs: list[identity.Sibling] = []
+        for p in identity.rotated_siblings(cp.path, names or ()):
+            if p not in looked:
+                looked[p] = identity.look_at(p)
+            s = looked[p]
+            if s is not None:
+                sibs.append(s)
+        found = identity.find_incarnation(cp.path, cp.dev, cp.inode, cp.fp_len, cp.fp, cp.offset, sibs)
+        out.append((cp, found, sibs))
+    return out
+
+
+def _list_siblings(paths: list[str]) -> dict[str, list[identity.Sibling]]:
+    """Off the loop: the rotated siblings of each path, with their heads."""
+    out: dict[str, list[identity.Sibling]] = {}
+    for path in paths:
+        sibs = []
+        for p in identity.rotated_siblings(path):
+            s = identity.look_at(p)
+            if s is not None:
+                sibs.append(s)
+        out[path] = sibs
+    return out
+
+
+def _gone(cps: list[Checkpoint]) -> list[Checkpoint]:
+    """Off the loop: the incarnations whose content is nowhere any more (not at their path, not
+    among its rotated siblings, renamed or copied or compressed)."""
+    out = []
+    listings: dict[str, list[str]] = {}
+    looked: dict[str, identity.Sibling | None] = {}
+    for cp in cps:
+        try:
+            st = os.stat(cp.path)
+            if (st.st_dev, st.st_ino) == (cp.dev, cp.inode):
+                continue
+        except OSError:
+            pass
+        d = os.path.dirname(cp.path)
+        if d not in listings:
+            try:
+                listings[d] = os.listdir(d or ".")
+            except OSError:
+                listings[d] = []
+        present = False
+        for p in identity.rotated_siblings(cp.path, listings[d]):
+            if p not in looked:
+                looked[p] = identity.look_at(p)
+            s = looked[p]
+            if s is not None and identity.classify(s, cp.dev, cp.inode, cp.fp_len, cp.fp) is not None:
+                present = True
+                break
+        if not present:
+            out.append(cp)
     return out
 
 

@@ -193,13 +193,23 @@ class Spool:
 
         self._guard(tx)
 
-    def forget_checkpoints(self, incarnations: Iterable[str]) -> None:
-        incs = list(incarnations)
-        with self.cache.transact():
+    def forget_checkpoints(self, incarnations: Iterable[str]) -> list[str]:
+        """Delete the checkpoints of these incarnations, except those a queued record still covers
+        (a restart must know where they stand until the record is acked). Returns those deleted."""
+        covered: set[str] = set()
+        for m in self.pending.values():
+            covered.update(m.covers)
+        incs = [inc for inc in incarnations if inc not in covered and inc in self.checkpoints]
+
+        def tx() -> list[str]:
+            with self.cache.transact():
+                for inc in incs:
+                    self.cache.delete(f"{_CP}{inc}")
             for inc in incs:
-                self.cache.delete(f"{_CP}{inc}")
-        for inc in incs:
-            self.checkpoints.pop(inc, None)
+                self.checkpoints.pop(inc, None)
+            return incs
+
+        return self._guard(tx)
 
     def read(self, seq: int) -> bytes | None:
         v = self.cache.get(seq)

@@ -21,7 +21,7 @@ from shipper.tail import identity
 from shipper.tail.lines import LineSplitter
 
 State = Literal["active", "renamed", "deleted", "closed"]
-Change = Literal["grown", "same", "truncated", "renamed", "deleted"]
+Change = Literal["grown", "same", "truncated", "renamed", "deleted", "touched"]
 
 CHUNK_BYTES = 1024 * 1024
 TAIL_BYTES = 32          # the last bytes read, checked again to tell a copytruncate from growth
@@ -161,6 +161,10 @@ class Harvester:
             self.mtime_ns = fst.st_mtime_ns
             if not self._content_holds():
                 return "truncated"
+            if size == 0 and pos == 0:
+                # written and emptied again before we read a byte (copytruncate of a file we had
+                # not read yet): no content to compare, but the copy beside it holds what was there
+                return "touched"
         if fst.st_nlink == 0:
             if self.state != "deleted":
                 self.state = "deleted"

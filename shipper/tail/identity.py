@@ -110,6 +110,13 @@ def rotated_bases(name: str) -> list[str]:
     return [name[:i] for i in range(1, len(name)) if name[i] in ".-_" and _ROTATED_SUFFIX.match(name[i:])]
 
 
+def rotation_root(path: str) -> str:
+    """The path a rotated name comes from (`d/app.log.2.gz` and `d/app.log.1` -> `d/app.log`)."""
+    d, name = os.path.split(path)
+    bases = rotated_bases(name)
+    return os.path.join(d, min(bases, key=len)) if bases else path
+
+
 def rotated_siblings(path: str, listing: Iterable[str] | None = None) -> list[str]:
     """Paths beside `path` whose names are rotations of its name (no I/O when `listing` is given)."""
     d, base = os.path.split(path)

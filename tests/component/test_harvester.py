@@ -412,7 +412,7 @@ async def test_checkpoints_of_removed_files_are_forgotten_after_the_grace(make_r
     await rig.settle(steps=3, advance_s=2.0)
     assert len(rig.spool.spool.checkpoints) >= 6
     assert await rig.p.clean_checkpoints() == 0, "not before the grace period"
-    rig.clock.advance(11.0)
+    rig.clock.advance_wall(11.0)
     assert await rig.p.clean_checkpoints() == 4
     paths = {cp.path for cp in rig.spool.spool.checkpoints.values()}
     assert str(app) in paths and str(keep_gz) in paths

@@ -24,23 +24,25 @@ from shipper.spool import AsyncSpool, Spool, decode_body
 
 
 class FakeClock:
-    """Monotonic and wall time that move only when told; the wall clock starts at the real now,
-    so it compares sensibly with file mtimes."""
+    """Monotonic time moves only when told. Wall time is the real clock plus what `advance_wall`
+    added: the pipeline compares checkpoint times with file mtimes, which the kernel sets."""
 
     def __init__(self) -> None:
         self.mono = 1_000.0
-        self.wall = time.time()
+        self.wall_offset = 0.0
         self.slept: list[float] = []
 
     def monotonic(self) -> float:
         return self.mono
 
     def time(self) -> float:
-        return self.wall
+        return time.time() + self.wall_offset
 
     def advance(self, s: float) -> None:
         self.mono += s
-        self.wall += s
+
+    def advance_wall(self, s: float) -> None:
+        self.wall_offset += s
 
     async def sleep(self, s: float) -> None:
         self.slept.append(s)

@@ -1,0 +1,162 @@
+"""Model test of the reading side: random write / rotate (every logrotate mode) / truncate /
+delete / restart sequences on real files, checked against a trivial model: every line written is
+shipped exactly once, and no document _id is produced twice.
+
+A real `Pipeline` reads in-process with a fake clock (tests/support/pipeline_rig.py); no
+Elasticsearch: the committed records are the documents. The few sequences where losing lines is
+logrotate's or the filesystem's doing, not ours, are kept out by preconditions (named below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from tests.support.pipeline_rig import Rig
+from tests.support.rotate import rotate
+
+KEEP = 6
+MODES = ["create", "copytruncate", "compress", "delaycompress", "copytruncate+compress", "nocreate"]
+
+
+class RotationModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = Path(tempfile.mkdtemp(prefix="rotmodel-"))
+        self.logs = self.dir / "logs"
+        self.logs.mkdir()
+        self.app = self.logs / "app.log"
+        self.rig: Rig | None = None
+        self.written: list[str] = []
+        self.seq = 0
+        self.live = False               # the pipeline has looked since the last restart / file creation
+        self.looked = False             # the pipeline has looked while a file was at the path
+        self.rotations_unseen = 0       # rotations since the pipeline last looked
+
+    @initialize(glob=st.sampled_from(["app.log", "app.log*", "*"]), close_inactive=st.sampled_from([1.0, 300.0]),
+                max_open=st.sampled_from([1, 3, 1024]), mode=st.sampled_from(MODES))
+    def start(self, glob: str, close_inactive: float, max_open: int, mode: str) -> None:
+        self.mode = mode                # one logrotate config per run, as on a real host
+        self.rig = Rig(self.dir, [str(self.logs / glob)], input_close_inactive_s=close_inactive,
+                       max_open_files=max_open)
+
+    def run(self, coro: object) -> None:
+        self.loop.run_until_complete(coro)  # type: ignore[arg-type]
+
+    # ---------------------------------------------------------------- the world
+
+    @rule(n=st.integers(1, 12), long=st.booleans())
+    def write(self, n: int, long: bool) -> None:
+        new = []
+        for _ in range(n):
+            self.seq += 1
+            pad = "x" * (300 if long else 5)
+            new.append(f"line {self.seq} {pad}")
+        if not self.app.exists():
+            self.live = False
+        with open(self.app, "ab") as f:
+            f.write(b"".join(m.encode() + b"\n" for m in new))
+        self.written += new
+
+    @precondition(lambda self: self.app.exists() and self.looked and self.rotations_unseen < KEEP - 2)
+    @rule()
+    def logrotate(self) -> None:
+        # Not ours to lose, so kept out: more rotations than `rotate KEEP` while nobody looks (logrotate
+        # deletes files nobody read), and a path rotated before the pipeline ever looked at it (with
+        # a glob that does not match the rotated names, nobody asked for those files).
+        mode = self.mode
+        kw: dict[str, object] = {"keep": KEEP}
+        if mode == "nocreate":
+            kw.update(mode="create", create=False)
+        elif mode == "copytruncate+compress":
+            kw.update(mode="copytruncate", compress=True)
+        elif mode in ("compress", "delaycompress"):
+            kw.update(mode="create", compress=True, delaycompress=mode == "delaycompress")
+        else:
+            kw.update(mode=mode)
+        rotate(self.app, **kw)  # type: ignore[arg-type]
+        self.rotations_unseen += 1
+        self.live = False
+
+    def is_open(self) -> bool:
+        try:
+            st = self.app.stat()
+        except FileNotFoundError:
+            return False
+        return self.rig is not None and (st.st_dev, st.st_ino) in self.rig.p.sources
+
+    @precondition(lambda self: self.is_open())
+    @rule()
+    def delete(self) -> None:
+        # only a file the pipeline holds open (it reads it to its end): a closed one deleted is gone
+        self.app.unlink()
+
+    @precondition(lambda self: self.app.exists() and self.live)
+    @rule(n=st.integers(0, 3))
+    def read_all_then_truncate_and_rewrite(self, n: int) -> None:
+        # a truncation without a copy loses what was not read: read everything first
+        assert self.rig is not None
+        self.run(self.rig.step())
+        data = []
+        for _ in range(n):
+            self.seq += 1
+            data.append(f"rewritten {self.seq}")
+        with open(self.app, "wb") as f:
+            f.write(b"".join(m.encode() + b"\n" for m in data))
+        self.written += data
+
+    # ---------------------------------------------------------------- the pipeline
+
+    @rule(scan=st.booleans(), advance=st.sampled_from([0.0, 0.5, 2.0]))
+    def step(self, scan: bool, advance: float) -> None:
+        assert self.rig is not None
+        self.run(self.rig.step(scan=scan, advance_s=advance))
+        if scan:
+            self.live = True
+            self.looked = self.looked or self.app.exists()
+            self.rotations_unseen = 0
+
+    @rule()
+    def restart(self) -> None:
+        assert self.rig is not None
+        self.run(self.rig.restart())
+        self.live = False
+
+    # ---------------------------------------------------------------- the model
+
+    @invariant()
+    def nothing_twice(self) -> None:
+        if self.rig is None:
+            return
+        assert not self.rig.dup_ids, f"an _id was produced twice: {self.rig.dup_ids[:3]}"
+        msgs = self.rig.messages()
+        assert len(msgs) == len(set(msgs)), "a line was shipped twice"
+        assert set(msgs) <= set(self.written), "a line shipped that was never written"
+
+    def teardown(self) -> None:
+        try:
+            if self.rig is not None:
+                self.run(self.rig.settle(steps=4, advance_s=2.0))
+                shipped = set(self.rig.messages())
+                missing = [m for m in self.written if m not in shipped]
+                assert not missing, f"{len(missing)} lines never shipped, e.g. {missing[:3]}"
+                self.nothing_twice()
+        finally:
+            if self.rig is not None:
+                self.run(self.rig.close())
+            self.loop.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+RotationModel.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=20, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestRotationModel = RotationModel.TestCase
