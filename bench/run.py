@@ -118,6 +118,26 @@ def _stat_times(pid: int) -> tuple[int, int] | None:
     return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
 
 
+def _thread_times(pid: int) -> dict[str, float]:
+    """CPU seconds (user+sys) per live thread of `pid`, keyed by thread name (comm) and tid."""
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        text = _read(f"/proc/{pid}/task/{tid}/stat")
+        if text is None:
+            continue
+        name = "main" if tid == str(pid) else "thread"   # Python 3.11 does not name OS threads
+        fields = text[text.rfind(")") + 2:].split()
+        out[f"{name}/{tid}"] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        sched = _read(f"/proc/{pid}/task/{tid}/schedstat")   # on-CPU ns, runnable-but-waiting ns, slices
+        if sched is not None and len(sched.split()) >= 2:
+            out[f"{name}/{tid}/runqueue"] = int(sched.split()[1]) / 1e9
+    return out
+
+
 def _status_kb(pid: int, keys: tuple[str, ...]) -> dict[str, int]:
     text = _read(f"/proc/{pid}/status")
     out: dict[str, int] = {}
@@ -278,6 +298,10 @@ def system_command(system: str, tmp: str, input_path: str, url: str,
             pyspy = shutil.which("py-spy", path=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
             if pyspy is None:
                 raise SystemExit("--profile needs py-spy: pip install py-spy (into the venv)")
+            if args.profile_format == "raw":
+                out = os.path.join(OUT_DIR, "shipper.folded")
+                return [pyspy, "record", "-o", out, "--format", "raw", "--threads", "--function",
+                        "--rate", "250", "--nonblocking", "--subprocesses", "--", *cmd], True
             svg = os.path.join(OUT_DIR, "shipper.svg")
             return [pyspy, "record", "-o", svg, "--subprocesses", "--", *cmd], True
         return cmd, False
@@ -369,6 +393,7 @@ def run_system(system: str, run: int, n: int, input_path: str, sink: SinkProcess
         stats = sink.wait_docs(n, 0.25)
         if stats["docs"] >= n:
             result.cpu_s = sampler.sample().cpu_s
+            result.extra["threads"] = _thread_times(target)
             result.ok = True
             break
         now = time.monotonic()
@@ -543,6 +568,51 @@ def print_cprofile(path: str, top: int = 25) -> None:
         pstats.Stats(path, stream=sys.stdout).sort_stats(key).print_stats(top)
 
 
+def print_folded(path: str, top: int = 25) -> None:
+    """Summarise py-spy's collapsed stacks: samples per thread, top functions by own and inclusive time."""
+    if not os.path.exists(path):
+        print(f"# no py-spy output at {path} (did the shipper exit cleanly on SIGTERM?)")
+        return
+    own: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    main_own: dict[str, int] = {}
+    threads: dict[str, int] = {}
+    total = 0
+    with open(path) as f:
+        for line in f:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            n = int(count)
+            total += n
+            frames = stack.split(";")
+            thread = frames[0] if frames[0].startswith(("thread", "process")) else "?"
+            if thread.startswith("process") and len(frames) > 1 and frames[1].startswith("thread"):
+                thread = frames[1]
+            threads[thread] = threads.get(thread, 0) + n
+            funcs = [fr for fr in frames if not fr.startswith(("thread", "process"))]
+            if funcs:
+                own[funcs[-1]] = own.get(funcs[-1], 0) + n
+                if "MainThread" in thread:
+                    main_own[funcs[-1]] = main_own.get(funcs[-1], 0) + n
+            for fr in set(funcs):
+                incl[fr] = incl.get(fr, 0) + n
+    if not total:
+        print(f"# py-spy output at {path} is empty")
+        return
+    print(f"\n# py-spy {path}: {total} samples (active threads only)")
+    for t, n in sorted(threads.items(), key=lambda kv: -kv[1]):
+        print(f"  {100.0 * n / total:5.1f}%  {t}")
+    main_total = sum(main_own.values())
+    for title, table, of in (("own time", own, total), ("inclusive time", incl, total),
+                             ("own time, main thread only (% of its samples)", main_own, main_total)):
+        if not of:
+            continue
+        print(f"\n# top {top} by {title}")
+        for fr, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"  {100.0 * n / of:5.1f}%  {fr}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="throughput harness: naive baseline vs shipper")
     ap.add_argument("-n", "--lines", type=int, default=1_000_000, help="lines (default 1,000,000)")
@@ -569,9 +639,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="interpreter for the systems")
     prof = ap.add_mutually_exclusive_group()
     prof.add_argument("--profile", action="store_true",
-                      help="wrap shipper in py-spy record (bench/out/shipper.svg); figures are then skewed")
+                      help="wrap shipper in py-spy record (bench/out/shipper.folded, summarised here; "
+                           "--profile-format flamegraph for bench/out/shipper.svg); figures are then skewed")
     prof.add_argument("--cprofile", action="store_true",
                       help="run shipper under cProfile (bench/out/shipper.prof; main thread only)")
+    ap.add_argument("--profile-format", choices=("raw", "flamegraph"), default="raw",
+                    help="--profile output: collapsed stacks + a text summary (raw) or an SVG")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-run.json"), help="results file")
     args = ap.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -601,6 +674,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r.requests} requests, sink CPU {r.extra.get('sink_cpu_s', 0):.2f}s"
                       + (f", verify {r.verify}" if r.verify else ""),
                       flush=True)
+                th = r.extra.get("threads", {})
+                busy = sorted(((k, v) for k, v in th.items() if not k.endswith("/runqueue")), key=lambda kv: -kv[1])
+                if len(busy) > 1:
+                    print("      threads: CPU s (waiting for a CPU s): " + ", ".join(
+                        f"{k.split('/')[0]} {v:.2f} ({th.get(k + '/runqueue', 0.0):.2f})" for k, v in busy if v >= 0.01),
+                        flush=True)
     finally:
         sink.stop()
     rows = summarise(results, systems)
@@ -610,7 +689,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cprofile and "shipper" in systems:
         print_cprofile(os.path.join(OUT_DIR, "shipper.prof"))
     if args.profile and "shipper" in systems:
-        print(f"\n# py-spy flame graph: {os.path.join(OUT_DIR, 'shipper.svg')}")
+        if args.profile_format == "raw":
+            print_folded(os.path.join(OUT_DIR, "shipper.folded"))
+        else:
+            print(f"\n# py-spy flame graph: {os.path.join(OUT_DIR, 'shipper.svg')}")
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"machine": info, "args": vars(args), "summary": rows,
