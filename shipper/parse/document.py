@@ -18,7 +18,7 @@ from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
 LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
-_LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"' for k, v in LEVEL_NAMES.items()}
+_LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`
 
 # The keys enrichment adds or overwrites at the top level: a JSON line with none of them (nor the
 # input's fields) is spliced (see DocBuilder.build); one with any of them is re-serialised.
@@ -33,6 +33,7 @@ _MS_TEXT = tuple(b".%03dZ\"" % i for i in range(1000))
 
 _loads = orjson.loads
 _dumps = orjson.dumps
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
 _JSONDecodeError = orjson.JSONDecodeError
 
 
@@ -117,6 +118,7 @@ class DocBuilder:
             from shipper.parse.filters import DocTransform
             self.transform = DocTransform(inp.drop_fields, inp.rename_fields, inp.mask)
         self._action_prefix: dict[str, bytes] = {}
+        self._field_keys: frozenset[str] | None = None
         self._splice_reserved: frozenset[str] | None = self._splice_keys(inp)
         self._fields_bytes = b""
         if self._splice_reserved is not None and self.fields:
@@ -126,7 +128,7 @@ class DocBuilder:
                 self._splice_reserved = None      # not serialisable on its own: the slow path says how
         self._static_prefix = (self._prefix(self.router.route({}, 0.0))
                                if "%" not in self.router.pattern and "{" not in self.router.pattern else None)
-        self._ts_prefix: dict[int, bytes] = {}    # epoch second -> b'{"@timestamp":"YYYY-MM-DDTHH:MM:SS'
+        self._ts_prefix: dict[int, bytes] = {}    # epoch second -> b'"}}\n{"@timestamp":"YYYY-MM-DDTHH:MM:SS'
         self._path_mid: dict[str, bytes] = {}     # path -> the constant bytes between @timestamp and log.offset
 
     def _splice_keys(self, inp: InputConfig) -> frozenset[str] | None:
@@ -145,6 +147,7 @@ class DocBuilder:
             ref = m.group(1).strip()
             if any(ref.startswith(k) for k in _ADDED_KEYS | field_keys):
                 return None
+        self._field_keys = field_keys or None
         return _SPLICE_BLOCKERS | field_keys
 
     def _path_bytes(self, path: str) -> bytes:
@@ -274,9 +277,9 @@ class DocBuilder:
         rejects, while re-serialising keeps the last) costs more than orjson.dumps does. Every
         other line takes the general path (`to_doc` + a full serialisation); both give equal docs.
         """
-        reserved = self._splice_reserved
-        if reserved is None:
+        if self._splice_reserved is None:
             return self.build_reserialised(incarnation, path, events, now, out)
+        field_keys = self._field_keys
         nbytes = 0
         loads = _loads
         dumps = _dumps
@@ -288,53 +291,57 @@ class DocBuilder:
         prefix = self._prefix
         static_prefix = self._static_prefix
         line_filter = self.line_filter
-        tz = self.tz
         ts_prefix = self._ts_prefix
         ms_text = _MS_TEXT
         level_bytes = _LEVEL_BYTES
-        fields_bytes = self._fields_bytes
+        tail = self._fields_bytes + b","
         mid = self._path_bytes(path)
         inc = incarnation.encode() + b"-"
+        d: Any
         for start, _end, data, flags in events:
-            d: Any = None
-            if not flags and data[:1] == b"{":
+            d = None
+            if data and data[0] == 123 and not flags:        # b"{"
                 try:
                     d = loads(data)
                 except decode_error:
                     d = None
-            if type(d) is dict and d and reserved.isdisjoint(d):
-                if line_filter is not None and not line_filter.keep(data.decode("utf-8", "replace")):
-                    continue
-                tm = d.get("time")
-                if type(tm) is int and _FAST_MS_MIN <= tm < _FAST_MS_MAX:
-                    sec, ms = divmod(tm, 1000)
-                    tsp = ts_prefix.get(sec)
-                    if tsp is None:
-                        if len(ts_prefix) > 4096:
-                            ts_prefix.clear()
-                        tsp = b'{"@timestamp":"' + format_timestamp(sec)[:19].encode()
-                        ts_prefix[sec] = tsp
-                    t = tm / 1000.0
-                    ts = ms_text[ms]
                 else:
-                    t = _event_time(d, now, tz)
-                    tsp = b'{"@timestamp":"' + format_timestamp(t).encode() + b'"'
-                    ts = b""
-                lv = d.get("level")
-                if type(lv) is int:
-                    lvb = level_bytes.get(lv, b"")
-                elif type(lv) is str and lv:
-                    lvb = b',"level":' + dumps(lv)
-                else:
-                    lvb = b""
-                msg = d.get("msg")
-                msgb = b',"message":' + dumps(msg) if msg is not None and "message" not in d else b""
-                sb = b"%d" % start
-                pair = join((static_prefix or prefix(route(d, t)), inc, sb, b'"}}\n', tsp, ts, mid, sb, lvb,
-                             b"}", msgb, fields_bytes, b",", dumps(d)[1:], b"\n"))
-                nbytes += len(pair)
-                append(pair)
-                continue
+                    if ("@timestamp" not in d and "log" not in d and "host" not in d and d
+                            and (field_keys is None or field_keys.isdisjoint(d))):
+                        if line_filter is not None and not line_filter.keep(data.decode("utf-8", "replace")):
+                            continue
+                        t = 0.0
+                        tm = d.get("time")
+                        if type(tm) is int and _FAST_MS_MIN <= tm < _FAST_MS_MAX:
+                            sec = tm // 1000
+                            tsp = ts_prefix.get(sec)
+                            if tsp is None:
+                                tsp = self._second_prefix(sec)
+                            ts = ms_text[tm - sec * 1000]
+                            if static_prefix is None:
+                                t = tm / 1000.0
+                        else:
+                            t = _event_time(d, now, self.tz)
+                            tsp = b'"}}\n{"@timestamp":"' + format_timestamp(t).encode()
+                            ts = b'"'
+                        lv = d.get("level")
+                        if type(lv) is int:
+                            lvb = level_bytes.get(lv, b"}")
+                        elif type(lv) is str and lv:
+                            lvb = b',"level":' + dumps(lv) + b"}"
+                        else:
+                            lvb = b"}"
+                        sb = b"%d" % start
+                        msg = d.get("msg")
+                        if msg is None or "message" in d:
+                            pair = join((static_prefix or prefix(route(d, t)), inc, sb, tsp, ts, mid, sb, lvb,
+                                         tail, dumps(d, option=_NEWLINE)[1:]))
+                        else:
+                            pair = join((static_prefix or prefix(route(d, t)), inc, sb, tsp, ts, mid, sb, lvb,
+                                         b',"message":', dumps(msg), tail, dumps(d, option=_NEWLINE)[1:]))
+                        nbytes += len(pair)
+                        append(pair)
+                        continue
             r = to_doc(data, flags, path, start, now, d if type(d) is dict else None)
             if r is None:
                 continue
@@ -343,6 +350,14 @@ class DocBuilder:
             nbytes += len(pair)
             append(pair)
         return nbytes
+
+    def _second_prefix(self, sec: int) -> bytes:
+        """The action's end and the document's start up to the @timestamp's seconds, cached per second."""
+        if len(self._ts_prefix) > 4096:
+            self._ts_prefix.clear()
+        tsp = b'"}}\n{"@timestamp":"' + format_timestamp(sec)[:19].encode()
+        self._ts_prefix[sec] = tsp
+        return tsp
 
     def build_reserialised(self, incarnation: str, path: str, events: list[Line], now: float,
                            out: list[bytes]) -> int:
