@@ -38,7 +38,8 @@ POLL_S = 0.25                 # fallback look at open files when inotify said no
 DELETED_GRACE_S = 1.0         # a deleted file, read to its end, is closed this long after its last growth
 MTIME_SLACK_S = 0.05          # file mtimes come from a coarser clock than time.time()
 RESCAN_MIN_GAP_S = 0.2        # inotify-triggered rescans (something was created or moved in) at most this often
-BODY_CACHE_BYTES = 16 * 1024 * 1024   # record bodies kept in memory for the senders; beyond: re-read
+BODY_CACHE_BYTES = 8 * 1024 * 1024    # record bodies kept in memory for the senders; beyond: re-read
+READ_BYTES = 256 * 1024               # per source and read round: 4 x 1 MiB copies cost RSS and page faults
 RESUME_FRACTION = 0.75        # a paused reader resumes when the queue is below this share of max_bytes
 DLQ_CHECK_S = 1.0             # how often a sender looks for a `shipper dlq replay|purge` request
 
@@ -584,7 +585,7 @@ class Pipeline:
             h = src.harvester
             if h.fd < 0:
                 continue
-            budget = min(CHUNK_BYTES, max(64 * 1024, max_bytes - self.acc.nbytes))
+            budget = min(READ_BYTES, max(64 * 1024, max_bytes - self.acc.nbytes))
             lines = h.read(budget)
             if not lines and h.splitter.offset == src.checkpoint.offset:
                 continue
@@ -926,7 +927,9 @@ class Pipeline:
             for meta, stored in records:
                 self.queue_events += meta.events
                 self.queue_bytes += meta.stored_bytes
-                if self.cached_bytes + len(stored) <= BODY_CACHE_BYTES:
+                # only what the senders take next stays in memory: a backlog (slow output) is re-read
+                # from the spool when its turn comes, so memory stays flat however long the queue
+                if len(self.outbox) < out.max_in_flight and self.cached_bytes + len(stored) <= BODY_CACHE_BYTES:
                     self.outbox.append((meta, stored))
                     self.cached_bytes += len(stored)
                 else:
