@@ -941,6 +941,8 @@ class Pipeline:
         finally:
             self._writing = None
             self._commit_lock.release()
+            if not self.acc.empty():
+                self.wake.set()     # what was read meanwhile may go now (should_commit held it back)
 
     # ================================================================ sending side
 
