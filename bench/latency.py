@@ -27,7 +27,8 @@ sys.path.insert(0, BENCH_DIR)
 
 from gen import DEFAULT_SEED, PinoGenerator  # noqa: E402
 from run import (  # noqa: E402
-    OUT_DIR, REPO_DIR, TreeSampler, _has_exited, _tail, machine_info, shipper_config, stop_system,
+    OUT_DIR, REPO_DIR, TreeSampler, _find_target, _has_exited, _tail, machine_info, print_folded, shipper_config,
+    stop_system,
 )
 from sink import SinkProcess  # noqa: E402
 
@@ -80,7 +81,14 @@ def command(system: str, tmp: str, log_path: str, url: str, args: argparse.Names
         cfg = shipper_config(tmp, log_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
                              log_level=args.log_level, flush_interval=args.flush_interval)
-        return [py, "-m", "shipper", "run", "-c", cfg]
+        cmd = [py, "-m", "shipper", "run", "-c", cfg]
+        if args.profile:
+            pyspy = shutil.which("py-spy", path=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
+            if pyspy is None:
+                raise SystemExit("--profile needs py-spy: pip install py-spy (into the venv)")
+            return [pyspy, "record", "-o", os.path.join(OUT_DIR, "latency-shipper.folded"), "--format", "raw",
+                    "--threads", "--function", "--rate", "250", "--nonblocking", "--subprocesses", "--", *cmd]
+        return cmd
     raise SystemExit(f"unknown system {system!r} (known: naive, shipper)")
 
 
@@ -94,6 +102,8 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace) -> dict[st
     with open(os.path.join(tmp, "stdout.log"), "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(command(system, tmp, log_path, sink.url, args), stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, cwd=REPO_DIR, start_new_session=True)
+    wrapped = system == "shipper" and args.profile
+    target = _find_target(proc.pid) if wrapped else proc.pid
     result: dict[str, Any] = {"system": system, "ok": False}
     try:
         # warm-up: one line must make it through before the clock starts
@@ -123,7 +133,7 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace) -> dict[st
             result["error"] = f"{stats['docs']} of {w['written']} docs arrived within {args.drain_timeout:.0f}s"
         return result
     finally:
-        reaped, killed = stop_system(proc.pid, proc.pid, args.stop_timeout)
+        reaped, killed = stop_system(proc.pid, target, args.stop_timeout)
         proc.returncode = reaped[0] if reaped else -9  # reaped by wait4: Popen must not wait again
         result["exit_code"] = proc.returncode
         result["killed"] = killed
@@ -181,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep temp dirs (config, state, logs)")
     ap.add_argument("--tmp-dir", default=None)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--profile", action="store_true",
+                    help="run shipper under py-spy (bench/out/latency-shipper.folded, summarised here); skews figures")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-latency.json"))
     args = ap.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -204,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         sink.stop()
     print()
     print_table(results)
+    if args.profile and "shipper" in systems:
+        print_folded(os.path.join(OUT_DIR, "latency-shipper.folded"))
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"machine": info, "args": vars(args), "results": results}, f, indent=1)
