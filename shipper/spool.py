@@ -75,6 +75,10 @@ class Spool:
             tag_index=False,
             disk_min_file_size=2**30,   # bodies live in SQLite: one transaction covers everything
             sqlite_synchronous=1,       # NORMAL in WAL mode: durable across process kill
+            # diskcache's defaults (32 MiB page cache, 64 MiB mmap) make RSS grow with the queue
+            # while the destination is slow; the queue is written and read sequentially anyway.
+            sqlite_cache_size=256,
+            sqlite_mmap_size=0,
         )
         self.pending: dict[int, RecordMeta] = {}
         self.checkpoints: dict[str, Checkpoint] = {}
