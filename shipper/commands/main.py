@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="per-file progress, queue, dead letters, output state")
     with_config(s)
     s.add_argument("--json", action="store_true", help="one JSON object")
+    s.add_argument("--state-dir", help="look at this state dir (e.g. a `shipper pipe` queue); without -c no config is needed")
     d = sub.add_parser("dlq", help="dead-letter queue: list, replay or purge")
     d.add_argument("action", choices=("list", "replay", "purge"))
     with_config(d)
@@ -69,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return check(args.config)
         if args.command == "status":
             from shipper.commands.status import status
-            return status(args.config, as_json=args.json)
+            return status(args.config, as_json=args.json, state_dir=args.state_dir)
         if args.command == "dlq":
             from shipper.commands.dlq import dlq
             return dlq(args.config, args.action)
@@ -87,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `shipper dlq list | head`: the reader went away; say nothing more
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 2
 
 

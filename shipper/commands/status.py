@@ -8,6 +8,7 @@ stopped the spool's checkpoints and queue are read read-only. `render` (pure) dr
 from __future__ import annotations
 
 import fcntl
+import dataclasses
 import os
 import time
 import urllib.error
@@ -16,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from shipper.config import Config, load_config
+from shipper.config import Config, MetricsConfig, load_config
 from shipper.service import STATUS_FILE
 from shipper.spool import Spool
 
@@ -224,8 +225,14 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def status(config_path: str, as_json: bool = False) -> int:
-    cfg = load_config(config_path)
+def status(config_path: str, as_json: bool = False, state_dir: str | None = None) -> int:
+    """`--state-dir` alone (no config file) looks at a `shipper pipe` queue or any state dir."""
+    if state_dir is not None and not os.path.exists(config_path):
+        cfg = Config(state_dir=os.path.expanduser(state_dir), metrics=MetricsConfig(listen=None))
+    else:
+        cfg = load_config(config_path)
+        if state_dir is not None:
+            cfg = dataclasses.replace(cfg, state_dir=os.path.expanduser(state_dir))
     doc = collect(cfg)
     if as_json:
         print(orjson.dumps(doc).decode())

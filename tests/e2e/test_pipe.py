@@ -114,6 +114,11 @@ def test_pipe_destination_down_exits_1_and_run_delivers_the_rest_once(
     delivered = es.count(INDEX + "*")
     assert delivered < 2000
 
+    # `status --state-dir` needs no config file to show the pipe's queue
+    by_dir = subprocess.run([sys.executable, "-m", "shipper", "status", "--state-dir", str(state), "--json"],
+                            capture_output=True, env=_env(tmp_path), check=True)
+    assert json.loads(by_dir.stdout)["queue"]["events"] > 0
+
     # the rest is in the queue, durably; `shipper run` with the same state dir drains it
     cfg = write_config(tmp_path, es_url=fault_proxy.url, paths=tmp_path / "no-logs" / "*.log", state_dir=state)
     status = subprocess.run([sys.executable, "-m", "shipper", "status", "-c", str(cfg), "--json"],
