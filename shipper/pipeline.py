@@ -77,6 +77,7 @@ class Candidate:
     cp: Checkpoint | None = None    # the incarnation it continues
     first_scan: bool = False
     doc_path: str | None = None     # successor: the path its lines were written at
+    since: float = 0.0              # successor: changed after this (wall time)
 
 
 @dataclass(slots=True)
@@ -143,10 +144,12 @@ class Pipeline:
         self._orphan_paths: dict[str, str] = {}
         self._copy_failures: dict[str, int] = {}
         self._rescan_soon = False
+        self._orphans_dirty = False
         self._last_scan = float("-inf")
         self._successor_paths: dict[str, tuple[float, int]] = {}
         self._path_seen_at: dict[str, float] = {}    # path -> wall time of the last rescan that saw a file there
         self._seen_before: dict[str, float] = {}     # the same, as of the rescan before this one
+        self._vanished: set[str] = set()             # known paths found empty (looked around once)
         self._spool_full = False
         self._next_dlq_check = 0.0
         self.read_total = 0
@@ -190,6 +193,8 @@ class Pipeline:
         cp = self.cps.pop(inc, None)
         if cp is None:
             return
+        if cp.path not in self._by_path or self._by_path[cp.path] == {inc}:
+            self._vanished.discard(cp.path)
         for index, k in ((self._by_key, (cp.dev, cp.inode)), (self._by_path, cp.path),
                          (self._by_root, identity.rotation_root(cp.path))):
             s = index.get(k)  # type: ignore[attr-defined]
@@ -228,8 +233,9 @@ class Pipeline:
                 continue
             if cp.fp_len == 0:
                 # an empty file's fingerprint names nothing: only an open-ended incarnation that read
-                # nothing yet may claim its inode (a finished one is some other file's inode now)
-                if cp.offset != 0 or cp.finished:
+                # nothing yet may claim its inode (a finished one is some other file's inode now),
+                # and never for a compressed file (always a new inode: the number was reused)
+                if cp.offset != 0 or cp.finished or size is None:
                     continue
             elif not identity.head_matches(head, cp.fp_len, cp.fp):
                 continue
@@ -303,6 +309,12 @@ class Pipeline:
             if src.role == "live":
                 src.harvester.refresh_fingerprint()    # a young file's content claimed before a copy of it is judged
         first = not self.first_scan_done
+        if first:
+            # after a downtime, anything may have been rotated away unseen at any path we knew
+            for path in self._by_path:
+                idx = self._input_for(path)
+                if idx is not None:
+                    self._lost_sight_of(path, idx)
         seen: dict[tuple[int, int], str] = {}
         prev_seen_at, self._path_seen_at = self._path_seen_at, {}
         for path, idx, st in entries:
@@ -310,7 +322,12 @@ class Pipeline:
             seen[key] = path
             self._path_input[path] = idx
             self._path_seen_at[path] = scan_started
-            if key in self.sources or key in self.waiting:
+            if key in self.sources:
+                continue
+            w = self.waiting.get(key)
+            if w is not None:
+                if w.why == "glob":
+                    w.path, w.input_idx = path, idx    # rotated names shift: open it where it is now
                 continue
             p = self.parked.get(key)
             if p is not None and p.size == st.st_size and p.mtime_ns == st.st_mtime_ns:
@@ -322,8 +339,23 @@ class Pipeline:
             self._path_input = {path: self._path_input[path] for path in seen.values() if path in self._path_input}
         self.first_scan_done = True
         self._seen_before = prev_seen_at
+        # a known path with no file now (nocreate, or deleted): what was last written there may have
+        # been rotated away unseen; look once among its siblings
+        for path in self._by_path:
+            if path in self._path_seen_at:
+                self._vanished.discard(path)
+            elif path not in self._vanished:
+                self._vanished.add(path)
+                idx = self._input_for(path)
+                if idx is not None:
+                    self._lost_sight_of(path, idx)
         await self._resolve_orphans(seen)
         await self.open_waiting()
+        if self._orphans_dirty:
+            # opening showed an inode now held by a new incarnation: find where the old one went now
+            self._orphans_dirty = False
+            await self._resolve_orphans(seen)
+            await self.open_waiting()
         if self._successor_paths:
             await self._find_successors(seen)
             await self.open_waiting()
@@ -396,15 +428,15 @@ class Pipeline:
             key = (sib.dev, sib.inode)
             if sib.mtime <= since - MTIME_SLACK_S or key in seen or key in self.sources or key in self.waiting:
                 continue
-            if self._lookup(key, sib.head, None) is not None or self._copy_of(sib.path, sib.head, key) is not None:
+            if self._lookup(key, sib.head, None if sib.compressed else sib.size) is not None or self._copy_of(sib.path, sib.head, key) is not None:
                 continue
-            self.waiting[key] = Candidate(sib.path, idx, key, "successor", doc_path=path)
+            self.waiting[key] = Candidate(sib.path, idx, key, "successor", doc_path=path, since=since)
 
     async def _find_successors(self, seen: dict[tuple[int, int], str]) -> None:
         """For each path that got a new incarnation after we had lost sight of it, queue the
         rotated siblings written in between (see `_queue_successors`)."""
         todo, self._successor_paths = self._successor_paths, {}
-        listed = await asyncio.to_thread(_list_siblings, list(todo))
+        listed = await asyncio.to_thread(_list_siblings, {p: v[0] for p, v in todo.items()})
         for path, sibs in listed.items():
             since, idx = todo[path]
             self._queue_successors(path, since, idx, sibs, seen)
@@ -479,14 +511,18 @@ class Pipeline:
     def _adopt(self, cand: Candidate, fd: int, st: os.stat_result, head: bytes, gz: GzipReader | None) -> None:
         """Decide what an opened file is, and read it as that (or close it again)."""
         key = (st.st_dev, st.st_ino)
+        idx0 = cand.input_idx
 
         def drop() -> None:
             if gz is not None:
                 gz.close()
             os.close(fd)
 
-        if key in self.sources or (cand.cp is not None and key != cand.key):
-            drop()
+        if key in self.sources or key != cand.key:
+            drop()          # the name now names another file (rotated names shift): look again
+            if cand.why == "successor" and cand.doc_path is not None:
+                self._successor_paths.setdefault(cand.doc_path, (cand.since, idx0))
+            self._rescan_soon = True
             return
         was_parked = self._unpark(key) is not None
         idx = cand.input_idx
@@ -527,7 +563,8 @@ class Pipeline:
                     self.events.file_opened(cand.path, st.st_ino, cp.offset, cp.incarnation)
                 return
             if self._by_key.get(key):
-                self._rescan_soon = True         # its inode held another incarnation: go find that one's copy
+                self._orphans_dirty = True       # its inode held another incarnation: go find that one's copy
+                self._rescan_soon = True
             copy_of = self._copy_of(cand.path, head, key)
             if copy_of is not None:
                 reading = any(s.checkpoint.incarnation == copy_of.incarnation for s in self.sources.values())
@@ -1282,12 +1319,25 @@ def _locate(cps: list[Checkpoint], cache: dict[str, tuple[str, int, int, int]]
     return out
 
 
-def _list_siblings(paths: list[str]) -> dict[str, list[identity.Sibling]]:
-    """Off the loop: the rotated siblings of each path, with their heads."""
+def _list_siblings(paths: dict[str, float]) -> dict[str, list[identity.Sibling]]:
+    """Off the loop: the rotated siblings of each path changed after its time, with their heads
+    (the older ones are only stat'ed)."""
     out: dict[str, list[identity.Sibling]] = {}
-    for path in paths:
+    listings: dict[str, list[str]] = {}
+    for path, since in paths.items():
+        d = os.path.dirname(path)
+        if d not in listings:
+            try:
+                listings[d] = os.listdir(d or ".")
+            except OSError:
+                listings[d] = []
         sibs = []
-        for p in identity.rotated_siblings(path):
+        for p in identity.rotated_siblings(path, listings[d]):
+            try:
+                if os.stat(p).st_mtime <= since - MTIME_SLACK_S:
+                    continue
+            except OSError:
+                continue
             s = identity.look_at(p)
             if s is not None:
                 sibs.append(s)

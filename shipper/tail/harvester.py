@@ -94,6 +94,13 @@ class Harvester:
                 self.at_eof = True
                 return []
             chunk = data[k:] if k else data
+            if chunk and self.at_eof and pos > 0:
+                # new bytes after a pause: the writer may have truncated and refilled the file with
+                # lines shaped like ours (the last bytes can match by chance); the head cannot
+                cp = self.checkpoint
+                if cp.fp_len and not identity.matches(self.fd, cp.fp_len, cp.fp):
+                    self.suspect = True
+                    return []
         if not chunk:
             self.at_eof = True
             if self._gz is not None and self.error is None:

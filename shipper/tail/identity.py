@@ -162,7 +162,11 @@ def look_at(path: str) -> Sibling | None:
 def classify(sib: Sibling, dev: int, inode: int, fp_len: int, fp: str) -> Kind | None:
     """Is this sibling the incarnation (dev, inode, fingerprint)? As the same inode renamed, as a
     plain copy (copytruncate), or compressed. None when its first bytes say otherwise."""
-    if not head_matches(sib.head, fp_len, fp) and not (fp_len == 0 and sib.dev == dev and sib.inode == inode):
+    if fp_len == 0:
+        # nothing was fingerprinted (the file was empty): only the same inode, renamed, can be it;
+        # a compressed file is always a new inode, and an inode number alone says nothing of it
+        return "renamed" if not sib.compressed and (sib.dev, sib.inode) == (dev, inode) else None
+    if not head_matches(sib.head, fp_len, fp):
         return None
     if sib.compressed:
         return "gz"

@@ -97,6 +97,9 @@ class Rig:
         if scan:
             await p.rescan()
         for _ in range(rounds):
+            if scan and p._rescan_soon:
+                p._rescan_soon = False       # the reader loop rescans soon after; so does a step
+                await p.rescan()
             await p.open_waiting()
             moved = p.read_round()
             p.flush_multiline()
@@ -104,7 +107,7 @@ class Rig:
             moved = p.read_round() or moved
             await p.commit()
             self._collect()
-            if not moved and not p.waiting:
+            if not moved and not p.waiting and not (scan and p._rescan_soon):
                 break
 
     async def settle(self, steps: int = 3, advance_s: float = 2.0) -> None:
