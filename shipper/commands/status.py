@@ -64,6 +64,14 @@ def _ask_daemon(listen: str | None) -> dict[str, Any] | None:
     return v if isinstance(v, dict) else None
 
 
+def _at_path(cp: Any) -> bool:
+    try:
+        st = os.stat(cp.path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (cp.dev, cp.inode)
+
+
 def _stopped_files(spool: Spool) -> list[dict[str, Any]]:
     shipped = spool.shipped_offsets()
     files = []
@@ -80,10 +88,11 @@ def _stopped_files(spool: Spool) -> list[dict[str, Any]]:
         if size is None:
             size = cp.size
         off = shipped.get(inc, cp.offset)
+        moved = not _at_path(cp)
         files.append({"path": cp.path, "inode": cp.inode, "incarnation": inc, "offset": off,
                       "queued_offset": cp.offset, "size": size, "lag_bytes": max(0, size - off),
-                      "state": "finished" if cp.finished else "stopped", "updated": cp.updated,
-                      "rate_bytes_per_s": None, "eta_s": None})
+                      "state": "finished" if cp.finished else ("rotated" if moved else "stopped"),
+                      "updated": cp.updated, "rate_bytes_per_s": None, "eta_s": None})
     files.sort(key=lambda f: (f["path"], -f["updated"]))
     return files
 
@@ -122,6 +131,9 @@ def collect(cfg: Config) -> dict[str, Any]:
     finally:
         spool.close()
     out["lag_bytes"] = sum(f["lag_bytes"] for f in out["files"])
+    # unread bytes of files rotated away while stopped: found again by content at the next start,
+    # unless logrotate deletes them first
+    out["bytes_at_risk"] = sum(max(0, f["size"] - f["queued_offset"]) for f in out["files"] if f["state"] == "rotated")
     return out
 
 
@@ -205,6 +217,8 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
     if doc.get("lag_bytes"):
         eta = f"   ETA {human_duration(doc['eta_s'])}" if doc.get("eta_s") is not None else ""
         lines.append(f"backlog: {human_bytes(doc['lag_bytes'])} not yet shipped{eta}")
+    if doc.get("bytes_at_risk"):
+        lines.append(f"at risk: {human_bytes(doc['bytes_at_risk'])} unread in rotated or deleted files")
     files = doc.get("files") or []
     if not files:
         lines.append("files:   none tracked yet")
@@ -214,7 +228,7 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
         size = f.get("size")
         inode = "-" if f.get("inode") is None else str(f["inode"])
         state = f.get("state")
-        path = f["path"] + (f" ({state})" if state in ("renamed", "deleted", "finished") else "")
+        path = f["path"] + (f" ({state})" if state in ("renamed", "deleted", "finished", "rotated", "copy") else "")
         rows.append((path, inode, bar(int(f.get("offset") or 0), size),
                      f"{human_bytes(f.get('offset'))} / {human_bytes(size)}",
                      human_bytes(f.get("lag_bytes")), human_duration(f.get("eta_s")) if running else "-"))

@@ -167,6 +167,8 @@ async def test_rename_rotation_reads_the_old_file_to_its_end(make_rig: RigFactor
     b = lines("b", 5)
     write(app, *b)                       # unread when the rename happens
     rotate_rename(app)
+    rig.p.check_sources()
+    assert rig.p.bytes_at_risk() == sum(len(m) + 1 for m in b), "unread bytes no path names any more"
     late = lines("late", 3)
     write(tmp_path / "logs" / "app.log.1", *late)   # the app has not reopened yet
     c = lines("c", 4)
