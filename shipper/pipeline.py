@@ -146,6 +146,7 @@ class Pipeline:
         self._rescan_soon = False
         self._orphans_dirty = False
         self._last_scan = float("-inf")
+        self._scan_cost_s = 0.0
         self._successor_paths: dict[str, tuple[float, int]] = {}
         self._path_seen_at: dict[str, float] = {}    # path -> wall time of the last rescan that saw a file there
         self._seen_before: dict[str, float] = {}     # the same, as of the rescan before this one
@@ -301,7 +302,9 @@ class Pipeline:
         incarnations the globs no longer show (rotated, compressed, copied), then open what fits."""
         self._last_scan = self.clock.monotonic()
         scan_started = self.clock.time()
+        t0 = time.monotonic()
         entries = await asyncio.to_thread(self._scan_thread)
+        self._scan_cost_s = time.monotonic() - t0
         # open files first: a truncation noticed now gives the new content its incarnation (and
         # fingerprint) before any sibling is judged by content
         self.check_sources()
@@ -1111,7 +1114,10 @@ class Pipeline:
             w = self._watcher
             # a full rescan on schedule, or soon after inotify saw something created or moved in
             wanted = self._rescan_soon or (w is not None and w.scan_wanted)
-            if now >= next_scan or (wanted and now - self._last_scan >= RESCAN_MIN_GAP_S):
+            # the gap grows with what a rescan costs (10,000 files: ~0.15 s), so a directory where
+            # files keep appearing cannot keep a core busy globbing; a new file is found within ~1 s
+            gap = min(1.0, max(RESCAN_MIN_GAP_S, 3 * self._scan_cost_s))
+            if now >= next_scan or (wanted and now - self._last_scan >= gap):
                 if w is not None:
                     w.scan_wanted = False
                 self._rescan_soon = False
