@@ -1289,12 +1289,36 @@ def _open_batch(cands: list[Candidate]) -> list[tuple[int, os.stat_result, bytes
     return out
 
 
+class _Surroundings:
+    """One look around, off the loop: directory listings and rotated siblings' heads, each read once."""
+
+    def __init__(self) -> None:
+        self._listings: dict[str, list[str]] = {}
+        self._looked: dict[str, identity.Sibling | None] = {}
+
+    def rotated(self, path: str) -> list[str]:
+        """The rotated siblings' paths of `path` (app.log.1, app.log-20260101.gz, ...)."""
+        d = os.path.dirname(path)
+        names = self._listings.get(d)
+        if names is None:
+            try:
+                names = os.listdir(d or ".")
+            except OSError:
+                names = []
+            self._listings[d] = names
+        return list(identity.rotated_siblings(path, names))
+
+    def look(self, path: str) -> identity.Sibling | None:
+        if path not in self._looked:
+            self._looked[path] = identity.look_at(path)
+        return self._looked[path]
+
+
 def _locate(cps: list[Checkpoint], cache: dict[str, tuple[str, int, int, int]]
             ) -> list[tuple[Checkpoint, tuple[identity.Kind, identity.Sibling] | None, list[identity.Sibling]] | None]:
     """Off the loop: for each incarnation, its rotated siblings and which of them holds it.
     None for one whose remembered place (`cache`: path, inode, size, mtime) has not changed."""
-    listings: dict[str, list[str] | None] = {}
-    looked: dict[str, identity.Sibling | None] = {}
+    around = _Surroundings()
     out: list[tuple[Checkpoint, tuple[identity.Kind, identity.Sibling] | None, list[identity.Sibling]] | None] = []
     for cp in cps:
         c = cache.get(cp.incarnation)
@@ -1306,20 +1330,7 @@ def _locate(cps: list[Checkpoint], cache: dict[str, tuple[str, int, int, int]]
                     continue
             except OSError:
                 pass
-        d = os.path.dirname(cp.path)
-        if d not in listings:
-            try:
-                listings[d] = os.listdir(d or ".")
-            except OSError:
-                listings[d] = None
-        names = listings[d]
-        sibs: list[identity.Sibling] = []
-        for p in identity.rotated_siblings(cp.path, names or ()):
-            if p not in looked:
-                looked[p] = identity.look_at(p)
-            s = looked[p]
-            if s is not None:
-                sibs.append(s)
+        sibs = [s for s in map(around.look, around.rotated(cp.path)) if s is not None]
         found = identity.find_incarnation(cp.path, cp.dev, cp.inode, cp.fp_len, cp.fp, cp.offset, sibs)
         out.append((cp, found, sibs))
     return out
@@ -1329,16 +1340,10 @@ def _list_siblings(paths: dict[str, float]) -> dict[str, list[identity.Sibling]]
     """Off the loop: the rotated siblings of each path changed after its time, with their heads
     (the older ones are only stat'ed)."""
     out: dict[str, list[identity.Sibling]] = {}
-    listings: dict[str, list[str]] = {}
+    around = _Surroundings()
     for path, since in paths.items():
-        d = os.path.dirname(path)
-        if d not in listings:
-            try:
-                listings[d] = os.listdir(d or ".")
-            except OSError:
-                listings[d] = []
         sibs = []
-        for p in identity.rotated_siblings(path, listings[d]):
+        for p in around.rotated(path):
             try:
                 if os.stat(p).st_mtime <= since - MTIME_SLACK_S:
                     continue
@@ -1355,8 +1360,7 @@ def _gone(cps: list[Checkpoint]) -> list[Checkpoint]:
     """Off the loop: the incarnations whose content is nowhere any more (not at their path, not
     among its rotated siblings, renamed or copied or compressed)."""
     out = []
-    listings: dict[str, list[str]] = {}
-    looked: dict[str, identity.Sibling | None] = {}
+    around = _Surroundings()
     for cp in cps:
         try:
             st = os.stat(cp.path)
@@ -1364,17 +1368,9 @@ def _gone(cps: list[Checkpoint]) -> list[Checkpoint]:
                 continue
         except OSError:
             pass
-        d = os.path.dirname(cp.path)
-        if d not in listings:
-            try:
-                listings[d] = os.listdir(d or ".")
-            except OSError:
-                listings[d] = []
         present = False
-        for p in identity.rotated_siblings(cp.path, listings[d]):
-            if p not in looked:
-                looked[p] = identity.look_at(p)
-            s = looked[p]
+        for p in around.rotated(cp.path):
+            s = around.look(p)
             if s is not None and identity.classify(s, cp.dev, cp.inode, cp.fp_len, cp.fp) is not None:
                 present = True
                 break
