@@ -123,6 +123,7 @@ class Pipeline:
         self.space = asyncio.Event()
         self.wake = asyncio.Event()
         self.stopping = False
+        self.reading_done = False       # the final commit is queued: idle senders may return
         self.in_flight = 0
         self.queue_events = 0
         self.queue_bytes = 0
@@ -950,8 +951,17 @@ class Pipeline:
         task = asyncio.ensure_future(self._write_record(acc))
         self._commit_task = task
         if wait:
+            # shielded: the record holds lines taken from the accumulator and nowhere else, so a
+            # cancelled caller (pipe interrupted, reader cancelled at stop) must not cancel its write;
+            # it goes on, the next commit waits for it (the lock) and raises its failure
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                raise
+            except BaseException:
+                self._commit_task = None
+                raise
             self._commit_task = None
-            await task
 
     async def _write_record(self, acc: Accumulator) -> None:
         """commit()'s second half, with the lock held: the spool transaction, then the outbox."""
@@ -1005,7 +1015,7 @@ class Pipeline:
             await self._dlq_requests()
             while not self.outbox:
                 self.outbox_ready.clear()
-                if self.stopping and self.acc.empty() and not self.committing:
+                if self.reading_done and self.acc.empty() and not self.committing:
                     return
                 try:
                     await asyncio.wait_for(self.outbox_ready.wait(), timeout=DLQ_CHECK_S)
@@ -1173,6 +1183,7 @@ class Pipeline:
             await asyncio.to_thread(self._watcher.stop)
         self.read_deleted_to_end()
         await self.commit()
+        self.reading_done = True
         self.outbox_ready.set()
 
     async def drain(self, timeout_s: float) -> bool:

@@ -287,7 +287,7 @@ class PipeRun:
             elif reader.exception() is not None:
                 raise reader.exception()  # type: ignore[misc]
             await p.commit()
-            p.stopping = True
+            p.stopping = p.reading_done = True
             p.outbox_ready.set()
             # Drain. Give up only when nothing was acknowledged for timeout_s (an output that is slow
             # but makes progress is waited for), or shutdown_timeout after a stop signal.

@@ -19,6 +19,7 @@ import orjson
 
 from shipper.config import Config, MetricsConfig, load_config
 from shipper.service import STATUS_FILE
+from shipper.ship.client import redact_url
 from shipper.spool import Spool
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
@@ -117,7 +118,7 @@ def collect(cfg: Config) -> dict[str, Any]:
         "files": [], "queue": {"events": 0, "bytes": 0}, "dead_letter": 0,
         "output": {"up": bool(last_out.get("up", False)), "last_error": last_out.get("last_error"),
                    "down_since": last_out.get("down_since"), "down_for_s": None,
-                   "hosts": last_out.get("hosts", list(cfg.output.hosts))},
+                   "hosts": last_out.get("hosts", [redact_url(h) for h in cfg.output.hosts])},
         "rates": {"events_in_per_s": None, "events_out_per_s": None, "bytes_out_per_s": None},
         "lag_bytes": 0, "eta_s": None,
     }

@@ -170,15 +170,16 @@ class DocBuilder:
         return p
 
     def to_doc(self, data: bytes, flags: int, path: str, offset: int, now: float,
-               parsed: dict[str, Any] | None = None) -> tuple[dict[str, Any], float] | None:
+               parsed: dict[str, Any] | None = None, *, as_text: bool = False) -> tuple[dict[str, Any], float] | None:
         """One event -> (document, event time). None when a line filter drops it.
-        `parsed`: `data` already parsed (orjson.loads of the bytes gave this dict)."""
-        fl: list[str] | None = None
+        `parsed`: `data` already parsed (orjson.loads of the bytes gave this dict).
+        `as_text`: JSON that cannot be shipped as such: the line as text, flagged json_parse_failed."""
+        fl: list[str] | None = ["json_parse_failed"] if as_text else None
         obj: Any = parsed
         fmt = self.format
         if obj is not None:
             pass
-        elif fmt == "auto" or fmt == "json":
+        elif (fmt == "auto" or fmt == "json") and not as_text:
             head = data[:1]
             if head in b" \t" and head:
                 head = data.lstrip(b" \t")[:1]
@@ -267,6 +268,37 @@ class DocBuilder:
 
     def build(self, incarnation: str, path: str, events: list[Line], now: float,
               out: list[bytes]) -> int:
+        """Append one bulk pair per event to `out`; returns the bytes appended (see `_build`).
+
+        Bad input never stops the pipeline: orjson parses JSON nested up to 1024 levels but
+        serialises only 255, so such a line raises TypeError; then the events are built one by one
+        and that line goes as text, flagged json_parse_failed.
+        """
+        n0 = len(out)
+        try:
+            return self._build(incarnation, path, events, now, out)
+        except TypeError:
+            del out[n0:]
+        nbytes = 0
+        for ev in events:
+            try:
+                nbytes += self._build(incarnation, path, [ev], now, out)
+                continue
+            except TypeError:
+                pass
+            start, _end, data, flags = ev
+            r = self.to_doc(data, flags, path, start, now, as_text=True)
+            if r is None:
+                continue
+            doc, t = r
+            pair = b"".join((self._prefix(self.router.route(doc, t)), incarnation.encode(),
+                             b"-%d\"}}\n" % start, _dumps(doc), b"\n"))
+            nbytes += len(pair)
+            out.append(pair)
+        return nbytes
+
+    def _build(self, incarnation: str, path: str, events: list[Line], now: float,
+               out: list[bytes]) -> int:
         """Append one bulk pair per event to `out`; returns the bytes appended.
 
         A JSON object line with none of the keys enrichment adds (`@timestamp`, `log`, `host`,
