@@ -240,6 +240,9 @@ class Service:
         self.cfg = new
         self.monitor.health_down_after_s = new.metrics.health_down_after_s
         assert self.spool is not None
+        # a cancelled sender's ack may still run on the spool thread: the new pipeline reads the
+        # queue and checkpoints once every call submitted before has finished (one worker, FIFO)
+        await self.spool.call(_noop)
         self.pipeline = Pipeline(new, self.spool, self.events, self.clock)
         self._start_pipeline_tasks()
         self.events.info("config reloaded", inputs=len(new.inputs))
@@ -268,6 +271,10 @@ class Service:
             write_status(self.cfg.state_dir, doc)
         except OSError as e:
             log.debug("status file not written", extra={"error": str(e)})
+
+
+def _noop() -> None:
+    return None
 
 
 async def serve(cfg: Config, config_path: str | None = None) -> int:

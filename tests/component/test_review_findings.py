@@ -140,3 +140,50 @@ async def test_senders_stay_until_the_final_commit_is_queued(tmp_path: Path, es)
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
         await rig.close()
+
+
+async def test_reload_builds_the_new_pipeline_after_the_spool_thread_settled(tmp_path: Path) -> None:
+    """SIGHUP cancels the senders; an ack they had handed to the spool thread still runs there. The
+    new Pipeline read `spool.pending` / `spool.checkpoints` while that thread changed them (a
+    KeyError or 'dictionary changed size' killed the daemon in the rare case; a needless re-send
+    otherwise). It must be built once every spool call submitted before it has finished."""
+    import time as _time
+    from shipper.config import load_config
+    from shipper.service import Service
+    from tests.support.daemon import write_config
+
+    (tmp_path / "logs").mkdir()
+    path = write_config(tmp_path, es_url="http://127.0.0.1:9", paths=str(tmp_path / "logs" / "*.log"),
+                        extra_yaml={"metrics": {"listen": None}})
+    svc = Service(load_config(str(path)), str(path))
+    await svc.startup()
+    try:
+        aspool = svc.spool
+        assert aspool is not None
+        records = await aspool.call(aspool.spool.commit, [(b'{"create":{}}\n{}\n', 1)], {}, [], False)
+        seq = records[0][0].seq
+        closed = threading.Event()
+
+        def slow_ack() -> None:         # an ack handed over by a sender that is then cancelled
+            closed.wait(10)
+            _time.sleep(0.2)            # the transaction's fsync
+            aspool.spool.ack(seq)
+
+        ack = asyncio.ensure_future(aspool.call(slow_ack))
+        old = svc.pipeline
+        assert old is not None
+        real_close = old.client.close
+
+        async def close_then_release() -> None:
+            await real_close()
+            closed.set()                # the old pipeline is stopped: reload builds the new one now
+
+        old.client.close = close_then_release  # type: ignore[method-assign]
+        await svc.reload()
+        assert svc.pipeline is not old
+        assert seq not in [m.seq for m, _ in svc.pipeline.outbox]
+        assert svc.pipeline.queue_events == 0
+        await ack
+    finally:
+        svc.stop_event.set()
+        await svc.shutdown()
