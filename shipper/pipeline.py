@@ -157,6 +157,7 @@ class Pipeline:
         self.read_total = 0
         self.shipped_total = 0
         self._commit_lock = asyncio.Lock()      # held from taking the accumulator until its record is queued
+        self.give_up_at: float | None = None     # monotonic: spool writes stop retrying a full disk after this
         self._writing: Accumulator | None = None  # taken by commit(), being written on the spool thread
         self._commit_task: asyncio.Future[None] | None = None
         self._watcher: discovery.Watcher | None = None
@@ -776,7 +777,10 @@ class Pipeline:
             size = os.fstat(h.fd).st_size
         except OSError:
             size = 0
-        fp_len, fp = identity.fingerprint_fd(h.fd, size)
+        try:
+            fp_len, fp = identity.fingerprint_fd(h.fd, size)
+        except OSError:
+            fp_len, fp = 0, identity.digest(b"")   # unreadable now: grows once it reads again
         cp = Checkpoint(identity.new_incarnation(), old.path, h.dev, h.inode, fp_len, fp, 0, size, self.clock.time())
         h.restart_at_zero(cp)
         src.aggregator = self._aggregator(src.input_idx)   # held lines of the old one are re-read from the copy
@@ -1030,6 +1034,8 @@ class Pipeline:
                     body = await self.spool.call(self.spool.spool.read, meta.seq)
                 if body is None:
                     log.error("queue record missing", extra={"seq": meta.seq})
+                    self.queue_events -= meta.events
+                    self.queue_bytes -= meta.stored_bytes
                     continue
                 dead = await self.shipping.deliver(Attempt(body, meta.gzipped, meta.events))
                 await self._ack(meta, dead)
@@ -1047,6 +1053,8 @@ class Pipeline:
                 if not self._spool_full:
                     self._spool_full = True
                     self.events.spool_error(str(e))
+                if self.give_up_at is not None and self.clock.monotonic() >= self.give_up_at:
+                    raise          # stopping: what was not written is read again at the next start
                 await self.clock.sleep(1.0)
                 continue
             if self._spool_full:
@@ -1182,7 +1190,13 @@ class Pipeline:
         if self._watcher is not None:
             await asyncio.to_thread(self._watcher.stop)
         self.read_deleted_to_end()
-        await self.commit()
+        # a full disk must not hold the stop past shutdown_timeout: an uncommitted accumulator
+        # moved no checkpoint, so its lines are simply read again at the next start
+        self.give_up_at = self.clock.monotonic() + self.cfg.shutdown_timeout_s
+        try:
+            await self.commit()
+        except SpoolFullError:
+            log.error("final commit abandoned: state_dir is full; the lines are read again at the next start")
         self.reading_done = True
         self.outbox_ready.set()
 

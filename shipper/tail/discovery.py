@@ -12,6 +12,7 @@ import glob
 import os
 import stat as stat_mod
 import threading
+import warnings
 from typing import Any, Callable, Sequence
 
 from shipper.config import InputConfig
@@ -120,6 +121,9 @@ class Watcher:
     def watch(self, inputs: Sequence[InputConfig]) -> None:
         """Schedule watches on the existing base directories of every glob (idempotent: call it
         after each rescan, so a base directory that appears later gets its own watch)."""
+        # watchdog's inotify thread warns when a directory created under a recursive watch is
+        # registered twice (a benign race it resolves itself); as an error it would kill that thread
+        warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         try:
             from watchdog.events import (DirCreatedEvent, DirMovedEvent, FileCreatedEvent,
                                          FileModifiedEvent, FileMovedEvent, FileSystemEventHandler)

@@ -98,7 +98,7 @@ class Harvester:
                 # new bytes after a pause: the writer may have truncated and refilled the file with
                 # lines shaped like ours (the last bytes can match by chance); the head cannot
                 cp = self.checkpoint
-                if cp.fp_len and not identity.matches(self.fd, cp.fp_len, cp.fp):
+                if cp.fp_len and not _holds(self.fd, cp.fp_len, cp.fp):
                     self.suspect = True
                     return []
         if not chunk:
@@ -139,13 +139,16 @@ class Harvester:
         tells, not the size.
         """
         cp = self.checkpoint
-        if cp.fp_len and not identity.matches(self.fd, cp.fp_len, cp.fp):
+        if cp.fp_len and not _holds(self.fd, cp.fp_len, cp.fp):
             return False
         tail = self._tail
         if tail and tail.strip(b"\x00"):
             pos = self.splitter.read_position
-            if pos >= len(tail) and os.pread(self.fd, len(tail), pos - len(tail)) != tail:
-                return False
+            try:
+                if pos >= len(tail) and os.pread(self.fd, len(tail), pos - len(tail)) != tail:
+                    return False
+            except OSError:
+                return True     # unreadable now (EIO, ESTALE): no evidence of a truncation
         return True
 
     def check(self, now: float) -> Change:
@@ -210,7 +213,10 @@ class Harvester:
         cp = self.checkpoint
         if self._gz is not None or cp.fp_len >= identity.FP_MAX_BYTES or self.size <= cp.fp_len:
             return False
-        fp_len, fp = identity.fingerprint_fd(self.fd, self.size)
+        try:
+            fp_len, fp = identity.fingerprint_fd(self.fd, self.size)
+        except OSError:
+            return False
         if fp_len <= cp.fp_len:
             return False
         cp.fp_len, cp.fp = fp_len, fp
@@ -232,13 +238,27 @@ class Harvester:
         self.state = "closed"
 
 
-def open_file(path: str) -> tuple[int, os.stat_result] | None:
-    """Open a regular file for reading (symlinks followed); None when it vanished or is not a file."""
+def _holds(fd: int, fp_len: int, fp: str) -> bool:
+    """identity.matches, where a read error (EIO, ESTALE) is no evidence that the content changed:
+    calling it a truncation would re-read the file as a new incarnation (duplicates)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0))
+        return identity.matches(fd, fp_len, fp)
+    except OSError:
+        return True
+
+
+def open_file(path: str) -> tuple[int, os.stat_result] | None:
+    """Open a regular file for reading (symlinks followed); None when it vanished or is not a file.
+
+    O_NONBLOCK: a FIFO that replaced a file between the glob's stat and this open must not block
+    the opening thread (it is then refused as not a regular file); regular files ignore the flag.
+    """
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NOATIME", 0))
     except PermissionError:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, flags)
         except OSError:
             return None
     except OSError:
