@@ -87,3 +87,27 @@ async def test_the_pipeline_waits_out_a_full_disk_logging_once(tmp_path: Path) -
     finally:
         await p.client.close()
         await aspool.close()
+
+
+async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path: Path) -> None:
+    """SIGTERM with a full disk: the final commit gives up after shutdown_timeout; its lines moved
+    no checkpoint, so they are read again at the next start (nothing lost, nothing queued twice)."""
+    spool = Spool(str(tmp_path))
+    aspool = AsyncSpool(spool)
+    clock = FakeClock()
+    events = RecordingEvents()
+    p = Pipeline(Config(state_dir=str(tmp_path), shutdown_timeout_s=5.0), aspool, events, clock)
+    try:
+        p.acc.parts.append(b'{"create":{"_index":"x","_id":"i-0"}}\n' + b'{"m":"' + os.urandom(100_000).hex().encode() + b'"}\n')
+        p.acc.events, p.acc.nbytes = 1, len(p.acc.parts[0])
+        p.acc.checkpoints["inc1"] = _cp(100)
+        p.acc.covers["inc1"] = [0, 100]
+        await aspool.call(_fill, spool, 0)
+        await asyncio.wait_for(p.stop_reading(), 10)     # the fake clock advances 1 s per retry
+        assert p.reading_done
+        assert 4.0 <= sum(clock.slept) <= 7.0
+        assert "inc1" not in spool.checkpoints and not spool.pending
+    finally:
+        await aspool.call(_unfill, spool)
+        await p.client.close()
+        await aspool.close()
