@@ -128,6 +128,7 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace) -> dict[st
         result["received"] = stats["docs"]
         result["requests"] = stats["requests"]
         result["latency_ms"] = stats.get("latency_ms", {})
+        result["slowest_requests"] = stats.get("slowest_requests", [])
         result["ok"] = stats["docs"] >= w["written"]
         if not result["ok"]:
             result["error"] = f"{stats['docs']} of {w['written']} docs arrived within {args.drain_timeout:.0f}s"
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--profile", action="store_true",
                     help="run shipper under py-spy (bench/out/latency-shipper.folded, summarised here); skews figures")
+    ap.add_argument("--show-slowest", type=int, default=0, metavar="K",
+                    help="print the K requests that carried the oldest docs (when, how many, gap before)")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-latency.json"))
     args = ap.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -212,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {system}: wrote {r['written']:,} at {r['rate']:,.0f}/s (worst tick "
                       f"{r['max_tick_late_ms']:.1f} ms late), received {r.get('received', 0):,}, "
                       f"p99 {lat.get('p99', float('nan')):.1f} ms", flush=True)
+                if args.show_slowest:
+                    for row in r.get("slowest_requests", [])[:args.show_slowest]:
+                        print(f"    slow request at {row['at_s']:7.3f} s: {row['docs']:5d} docs, oldest "
+                              f"{row['oldest_ms']:7.1f} ms, newest {row['newest_ms']:7.1f} ms, "
+                              f"{row['gap_ms']:7.1f} ms after the previous request", flush=True)
     finally:
         sink.stop()
     print()

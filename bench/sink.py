@@ -74,6 +74,8 @@ class SinkStats:
     bad_lines: int = 0
     # --record-latency: (arrival - wt) in ns, one per doc that carries "wt"
     latencies_ns: list[int] = field(default_factory=list)
+    # --record-latency: per bulk request (arrival ns, docs, oldest doc's latency ns, newest doc's latency ns)
+    requests_log: list[tuple[int, int, int, int]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,7 +101,22 @@ class SinkStats:
             }
         if self.latencies_ns:
             out["latency_ms"] = latency_summary(self.latencies_ns)
+        if self.requests_log:
+            out["slowest_requests"] = slowest_requests(self.requests_log)
         return out
+
+
+def slowest_requests(log: list[tuple[int, int, int, int]], top: int = 8) -> list[dict[str, float | int]]:
+    """The requests that carried the oldest docs: when they arrived (s after the first request),
+    their doc count, oldest and newest doc latency (ms), and the gap since the previous request (ms)."""
+    t0 = log[0][0]
+    rows = []
+    for i, (at, n, oldest, newest) in enumerate(log):
+        gap = (at - log[i - 1][0]) / 1e6 if i else 0.0
+        rows.append({"at_s": round((at - t0) / 1e9, 3), "at_unix": at / 1e9, "docs": n, "oldest_ms": round(oldest / 1e6, 1),
+                     "newest_ms": round(newest / 1e6, 1), "gap_ms": round(gap, 1)})
+    rows.sort(key=lambda r: -r["oldest_ms"])
+    return rows[:top]
 
 
 def latency_summary(values_ns: list[int]) -> dict[str, float | int]:
@@ -270,7 +287,10 @@ class Sink:
             stats.first_request_at = now
         stats.last_request_at = now
         if self.record_latency:
-            stats.latencies_ns.extend(arrived_ns - int(m) for m in _WT_RE.findall(body))
+            lat = [arrived_ns - int(m) for m in _WT_RE.findall(body)]
+            if lat:
+                stats.latencies_ns.extend(lat)
+                stats.requests_log.append((arrived_ns, len(lat), max(lat), min(lat)))
         ids: list[tuple[bytes | None, bool]] | None = None
         if self.verify:
             ids = self._check(body)

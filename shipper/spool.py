@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, TypeVar
@@ -38,7 +40,11 @@ except ImportError:  # pragma: no cover
     def gzip_decompress(data: bytes) -> bytes:
         return _gzip_std.decompress(data)
 
+log = logging.getLogger("shipper.spool")
+
 T = TypeVar("T")
+
+CHECKPOINT_EVERY_S = 0.5    # AsyncSpool: WAL checkpoints (and their fsyncs) at most this often, off the spool thread
 
 _CP = "c:"      # checkpoint of a file incarnation
 _META = "m:"    # record metadata (events, raw bytes, stored bytes, covers, encoding)
@@ -117,6 +123,15 @@ class Spool:
 
     def close(self) -> None:
         self.cache.close()
+
+    @property
+    def db_path(self) -> str:
+        return os.path.join(self.path, diskcache.core.DBNAME)
+
+    def set_autocheckpoint(self, pages: int) -> None:
+        """On this thread's connection: checkpoint the WAL after a commit that leaves it over `pages`
+        pages (SQLite's default 1000), or never (0: someone else checkpoints, see AsyncSpool)."""
+        self.cache._sql(f"PRAGMA wal_autocheckpoint = {int(pages)}")
 
     # ---------------------------------------------------------------- accounting
 
@@ -389,17 +404,68 @@ def decode_body(stored: bytes, gzipped: bool) -> bytes:
 
 
 class AsyncSpool:
-    """Runs every Spool call on one dedicated thread, so transactions never interleave and the loop never blocks."""
+    """Runs every Spool call on one dedicated thread, so transactions never interleave and the loop never blocks.
 
-    def __init__(self, spool: Spool) -> None:
+    WAL checkpoints run on a second thread with its own connection. A checkpoint ends in
+    fdatasync of the database (and of the WAL), which on a busy disk takes from milliseconds to
+    seconds; inline (SQLite's autocheckpoint) it would hold up the commit that triggered it, and
+    every record and ack queued behind it. A commit in WAL mode with synchronous=NORMAL writes
+    the WAL without syncing, so the spool thread itself never waits for the disk.
+    """
+
+    def __init__(self, spool: Spool, checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> None:
         self.spool = spool
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
+        self._checkpoint_every_s = checkpoint_every_s
+        self._ckpt_wake = threading.Event()
+        self._ckpt_stop = threading.Event()
+        self._ckpt_thread: threading.Thread | None = None
+        if not spool.read_only:
+            self._executor.submit(spool.set_autocheckpoint, 0)   # first on the spool thread
+            self._ckpt_thread = threading.Thread(target=self._checkpointer, name="spool-checkpoint", daemon=True)
+            self._ckpt_thread.start()
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        result = await loop.run_in_executor(self._executor, fn, *args)
+        self._ckpt_wake.set()     # something may have been written: the checkpointer looks (at its pace)
+        return result
+
+    def _checkpointer(self) -> None:
+        """Checkpoint the WAL at most every checkpoint_every_s while the spool is written. A failed
+        checkpoint (full disk) is logged once and retried: SQLite leaves the WAL as it was."""
+        con: sqlite3.Connection | None = None
+        failing = False
+        try:
+            while True:
+                self._ckpt_wake.wait()
+                if self._ckpt_stop.is_set():
+                    return
+                self._ckpt_wake.clear()
+                try:
+                    if con is None:
+                        con = sqlite3.connect(self.spool.db_path, timeout=60, isolation_level=None)
+                    con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    if failing:
+                        failing = False
+                        log.info("WAL checkpoints work again")
+                except (sqlite3.Error, OSError) as e:
+                    if not failing:
+                        failing = True
+                        log.warning("WAL checkpoint failed, retrying", extra={"error": str(e)})
+                    self._ckpt_wake.set()
+                if self._ckpt_stop.wait(self._checkpoint_every_s):
+                    return
+        finally:
+            if con is not None:
+                con.close()
 
     async def close(self) -> None:
+        t = self._ckpt_thread
+        if t is not None:
+            self._ckpt_stop.set()
+            self._ckpt_wake.set()
+            await asyncio.to_thread(t.join)
         await self.call(self.spool.close)
         self._executor.shutdown(wait=True)
 

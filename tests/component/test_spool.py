@@ -24,6 +24,7 @@ import pytest
 from shipper.model import Checkpoint, DeadLetter
 from shipper.spool import AsyncSpool, Spool, decode_body
 from tests.support.daemon import REPO_ROOT
+from tests.support.wait import wait_until
 
 
 def cp(inc: str, offset: int, path: str = "/var/log/a.log", **kw: object) -> Checkpoint:
@@ -196,6 +197,26 @@ async def test_async_spool_runs_every_call_on_one_thread(tmp_path: Path) -> None
     assert len(seen) == 1 and threading.get_ident() not in seen and len(set(results)) == 1
     assert sorted(m.seq for r in recs for m, _ in r) == list(range(1, 11))
     await a.close()
+
+
+async def test_async_spool_checkpoints_the_wal_off_the_spool_thread(tmp_path: Path) -> None:
+    """A checkpoint's fdatasync can take seconds on a busy disk: the spool thread never runs one
+    (autocheckpoint off on its connection), a second thread copies the WAL into the database."""
+    a = AsyncSpool(Spool(str(tmp_path)), checkpoint_every_s=0.05)
+    db = os.path.join(a.spool.path, "cache.db")
+    size0 = os.path.getsize(db)
+    pages = await a.call(lambda: a.spool.cache._sql("PRAGMA wal_autocheckpoint").fetchone()[0])
+    assert pages == 0
+    for i in range(40):      # ~2.4 MB: under SQLite's own 1000-page autocheckpoint, so only the thread copies it
+        await a.call(a.spool.commit, [(os.urandom(60_000), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
+    await asyncio.to_thread(wait_until, lambda: os.path.getsize(db) > size0 + 2_000_000,
+                            "the WAL checkpointed into cache.db by the checkpoint thread")
+    await a.close()
+    again = Spool(str(tmp_path))
+    try:
+        assert len(again.pending) == 40 and again.checkpoints["a"].offset == 40
+    finally:
+        again.close()
 
 
 # ---------------------------------------------------------------- SIGKILL
