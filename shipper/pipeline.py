@@ -42,6 +42,8 @@ BODY_CACHE_BYTES = 8 * 1024 * 1024    # record bodies kept in memory for the sen
 READ_BYTES = 256 * 1024               # per source and read round: 4 x 1 MiB copies cost RSS and page faults
 RESUME_FRACTION = 0.75        # a paused reader resumes when the queue is below this share of max_bytes
 DLQ_CHECK_S = 1.0             # how often a sender looks for a `shipper dlq replay|purge` request
+ROOM_FILL = 0.9               # a read round aims at this share of the lines the record still has room for
+FULL_ENOUGH = 0.95            # with a backlog, a record this full (of bulk_max_events) is committed
 
 
 @dataclass(slots=True)
@@ -51,6 +53,7 @@ class Source:
     builder: DocBuilder
     aggregator: Any = None          # MultilineAggregator when the input has multiline
     role: str = "live"              # "live": the file itself (maybe renamed); "copy": a rotated copy read to its end
+    line_bytes: float = 0.0         # mean line length of the last read (sizes reads to the record's room)
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -156,6 +159,9 @@ class Pipeline:
         self._next_dlq_check = 0.0
         self.read_total = 0
         self.shipped_total = 0
+        # the last read round stopped with more to read (a file behind, or the record full): the
+        # record keeps filling to its limits instead of leaving at once (fewer, fuller requests)
+        self.backlog = False
         self._commit_lock = asyncio.Lock()      # held from taking the accumulator until its record is queued
         self.give_up_at: float | None = None     # monotonic: spool writes stop retrying a full disk after this
         self._writing: Accumulator | None = None  # taken by commit(), being written on the spool thread
@@ -619,6 +625,7 @@ class Pipeline:
     def read_round(self) -> bool:
         """One pass over every open source, bounded by the record limits. True if anything was read."""
         progressed = False
+        backlog = False
         max_events = self.cfg.output.bulk_max_events
         max_bytes = self.cfg.output.bulk_max_bytes
         now_wall = self.clock.time()
@@ -628,14 +635,26 @@ class Pipeline:
             if h.fd < 0:
                 continue
             budget = min(READ_BYTES, max(64 * 1024, max_bytes - self.acc.nbytes))
+            # about the lines the record has room for: a round that overshoots bulk_max_events
+            # makes _group cut a small extra body (2000 + 250 docs: two requests, not one)
+            if src.line_bytes:
+                room = max_events - self.acc.events
+                budget = min(budget, max(4096, int(room * src.line_bytes * ROOM_FILL)))
+            else:
+                budget = min(budget, 64 * 1024)     # line length not known yet: a first look
             lines = h.read(budget)
             if not lines and h.splitter.offset == src.checkpoint.offset:
                 continue
+            if lines:
+                src.line_bytes = (lines[-1][1] - lines[0][0]) / len(lines)
             progressed = progressed or bool(lines) or not h.at_eof
+            backlog = backlog or not h.at_eof
             h.last_growth = now_mono if lines else h.last_growth
             self._take(src, lines, now_wall, now_mono)
-            if self.acc.events >= max_events or self.acc.nbytes >= max_bytes:
+            if self.acc.events >= max_events * FULL_ENOUGH or self.acc.nbytes >= max_bytes:
+                backlog = True
                 break
+        self.backlog = backlog
         return progressed
 
     def _take(self, src: Source, lines: list[Line], now_wall: float, now_mono: float) -> None:
@@ -920,11 +939,13 @@ class Pipeline:
         out = self.cfg.output
         if acc.events >= out.bulk_max_events or acc.nbytes >= out.bulk_max_bytes:
             return True
+        if self.backlog and acc.events >= out.bulk_max_events * FULL_ENOUGH:
+            return True        # behind: a nearly full record goes rather than a few more lines in a second body
         if self.committing:
             return False       # the record being written goes first; this one keeps filling meanwhile
         age = self.clock.monotonic() - acc.started
-        if acc.events and self.in_flight < out.max_in_flight and not self.outbox:
-            return True        # a request slot is free: send now rather than wait for a timer
+        if acc.events and self.in_flight < out.max_in_flight and not self.outbox and not self.backlog:
+            return True        # caught up and a request slot is free: send now rather than wait for a timer
         return age >= out.flush_interval_s
 
     @property
