@@ -779,13 +779,7 @@ class Pipeline:
                     os.close(opened[0])
         if copy_src is None:
             # no copy: what we hold is all there is of the old incarnation
-            tail = h.flush_partial()
-            if src.aggregator is not None:
-                evs: list[Line] = []
-                for ln in tail:
-                    evs.extend(src.aggregator.feed(ln, self.clock.monotonic()))
-                evs.extend(src.aggregator.flush())
-                tail = evs
+            tail = self._final_events(src)
             if tail:
                 self._take_events(src, tail)
             lost = max(0, h.size - h.position)
@@ -828,16 +822,22 @@ class Pipeline:
         else:
             self._index_cp(cp)
 
+    def _final_events(self, src: Source) -> list[Line]:
+        """The source will not grow again: its last line without newline, and the multiline event
+        held for it, complete now."""
+        tail = src.harvester.flush_partial()
+        if src.aggregator is None:
+            return tail
+        evs: list[Line] = []
+        for ln in tail:
+            evs.extend(src.aggregator.feed(ln, self.clock.monotonic()))
+        evs.extend(src.aggregator.flush())
+        return evs
+
     def _finish(self, key: tuple[int, int], src: Source, reason: str) -> None:
         """The file will not grow again: its last partial line and held multiline event count."""
         h = src.harvester
-        tail = h.flush_partial()
-        if src.aggregator is not None:
-            evs = []
-            for ln in tail:
-                evs.extend(src.aggregator.feed(ln, self.clock.monotonic()))
-            evs.extend(src.aggregator.flush())
-            tail = evs
+        tail = self._final_events(src)
         if tail:
             self._take_events(src, tail)
         else:
