@@ -163,6 +163,7 @@ class Pipeline:
         # record keeps filling to its limits instead of leaving at once (fewer, fuller requests)
         self.backlog = False
         self._commit_lock = asyncio.Lock()      # held from taking the accumulator until its record is queued
+        self.scanned = asyncio.Event()           # set after the first rescan: every matched file is open
         self.give_up_at: float | None = None     # monotonic: spool writes stop retrying a full disk after this
         self._writing: Accumulator | None = None  # taken by commit(), being written on the spool thread
         self._commit_task: asyncio.Future[None] | None = None
@@ -1161,6 +1162,7 @@ class Pipeline:
                     w.scan_wanted = False
                 self._rescan_soon = False
                 await self.rescan()
+                self.scanned.set()
                 next_scan = self.clock.monotonic() + scan_every
             else:
                 if w is not None:

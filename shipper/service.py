@@ -89,6 +89,7 @@ class Service:
         self._metrics_runner: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._sigint_count = 0
+        self._ready = False          # the first scan is done and the inputs are open
         self.started_at = time.time()
 
     # ---------------------------------------------------------------- lifecycle
@@ -104,6 +105,15 @@ class Service:
                                                        self.status_doc)
         self._install_signals()
         self._start_pipeline_tasks()
+        # ready means the inputs are open: the first scan has found (and resumed) every file, so a
+        # rotation right after READY=1 (or after /health turned 200) cannot move a file we never saw
+        reader = self._tasks[0]
+        scanned = asyncio.create_task(self.pipeline.scanned.wait())
+        await asyncio.wait({scanned, reader}, return_when=asyncio.FIRST_COMPLETED)
+        scanned.cancel()
+        if reader.done():
+            reader.result()        # the reader died during the first scan: raise its error
+        self._ready = True
         self.events.info("pipeline ready", inputs=len(self.cfg.inputs), queue_events=self.pipeline.queue_events,
                          hosts=list(self.pipeline.client.hosts[i].label for i in range(len(self.pipeline.client.hosts))))
         sdnotify.ready()
@@ -117,7 +127,7 @@ class Service:
 
     def health(self) -> tuple[bool, str]:
         p = self.pipeline
-        if p is None:
+        if p is None or not self._ready:
             return False, "starting"
         for t in self._tasks:
             if t.done() and not t.cancelled() and t.exception() is not None:

@@ -120,15 +120,17 @@ metrics:
             for i in range(half, lines):
                 f.write(_pino(i, rng) + "\n")
         print(f"rotated {app} -> app.log.1 and wrote {lines - half} more lines to a new app.log")
-        deadline = time.monotonic() + 120
         count = 0
         t0 = time.monotonic()
-        while time.monotonic() < deadline:
+        last_progress = t0
+        while time.monotonic() - last_progress < 20:      # give up after 20 s without progress
             try:
                 _post(es + "/_refresh")
-                count = _get(es + "/demo-*/_count")["count"]
+                now_count = _get(es + "/demo-*/_count")["count"]
             except Exception:
-                count = 0
+                now_count = count
+            if now_count > count:
+                count, last_progress = now_count, time.monotonic()
             if count >= lines or proc.poll() is not None:
                 break
             time.sleep(0.25)
