@@ -164,6 +164,7 @@ class Pipeline:
         self.backlog = False
         self._commit_lock = asyncio.Lock()      # held from taking the accumulator until its record is queued
         self.scanned = asyncio.Event()           # set after the first rescan: every matched file is open
+        self._unreadable: set[str] = set()       # paths whose permission problem was logged once
         self.give_up_at: float | None = None     # monotonic: spool writes stop retrying a full disk after this
         self._writing: Accumulator | None = None  # taken by commit(), being written on the spool thread
         self._commit_task: asyncio.Future[None] | None = None
@@ -510,7 +511,12 @@ class Pipeline:
         opened = await asyncio.to_thread(_open_batch, batch)
         for cand, res in zip(batch, opened):
             if res is None:
+                # a file we may not read is retried at every scan; say so once, not silently
+                if cand.path not in self._unreadable and not os.access(cand.path, os.R_OK) and os.path.exists(cand.path):
+                    self._unreadable.add(cand.path)
+                    self.events.file_error(cand.path, "permission denied: not readable by this user; retried at every scan")
                 continue
+            self._unreadable.discard(cand.path)
             fd, st, head, gz = res
             try:
                 self._adopt(cand, fd, st, head, gz)

@@ -1,0 +1,70 @@
+"""A file the daemon may not read is reported once (not silently skipped) and shipped once it may.
+
+The daemon runs as `nobody` (setpriv), since root reads everything."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.support.daemon import REPO_ROOT, write_config
+from tests.support.es import ES
+from tests.support.wait import wait_until
+from tests.support.writer import write_lines
+
+NOBODY = 65534
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                reason="needs root and setpriv to run the daemon as another user")
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temp dir `nobody` can traverse (pytest's own base dir is 0700)."""
+    d = Path(tempfile.mkdtemp(prefix="shipper-perm-"))
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_unreadable_file_is_reported_once_and_shipped_when_readable(open_tmp: Path, es: ES) -> None:
+    tmp_path = open_tmp
+    logs = tmp_path / "logs"
+    logs.mkdir(mode=0o755)
+    write_lines(logs / "public.log", range(0, 20))
+    write_lines(logs / "private.log", range(100, 120))
+    os.chmod(logs / "public.log", 0o644)
+    os.chmod(logs / "private.log", 0o600)
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, NOBODY, NOBODY)
+    cfg = write_config(tmp_path, es_url=es.url, paths=str(logs / "*.log"), state_dir=state,
+                       extra_yaml={"metrics": {"listen": None}})
+    os.chmod(cfg, 0o644)
+    out_path = tmp_path / "daemon.out"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                                 sys.executable, "-m", "shipper", "run", "-c", str(cfg)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd="/")
+    try:
+        wait_until(lambda: es.count() >= 20 or proc.poll() is not None, "the readable file's 20 lines")
+        assert proc.poll() is None, out_path.read_text()
+        wait_until(lambda: "permission denied" in out_path.read_text(), "the permission warning")
+        os.chmod(logs / "private.log", 0o644)
+        wait_until(lambda: es.count() >= 40, "the private file, shipped once it became readable", timeout_s=20)
+        es.assert_exactly_once(list(range(0, 20)) + list(range(100, 120)))
+        assert out_path.read_text().count("permission denied") == 1
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
