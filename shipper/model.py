@@ -8,34 +8,13 @@ An event (one line, or a multiline group) has the same shape; its offset is its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 Line = tuple[int, int, bytes, int]
-EventTuple = Line
 
 FLAG_TRUNCATED = 1          # the line was longer than max_line_bytes and was cut
 FLAG_MULTILINE_CAPPED = 2   # a multiline event reached max_lines
-FLAG_NAMES = ((FLAG_TRUNCATED, "truncated"), (FLAG_MULTILINE_CAPPED, "truncated"))
-
-
-def flag_names(flags: int) -> list[str]:
-    out: list[str] = []
-    for bit, name in FLAG_NAMES:
-        if flags & bit and name not in out:
-            out.append(name)
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class FileIdentity:
-    """One incarnation of a file: where it lives and how we recognise it again."""
-
-    incarnation: str          # persisted identifier, part of every document _id
-    dev: int
-    inode: int
-    fp_len: int               # how many leading bytes the fingerprint covers
-    fp: str                   # hex digest of those bytes
 
 
 @dataclass(slots=True)
@@ -62,16 +41,6 @@ class Checkpoint:
     def from_dict(cls, d: dict[str, Any]) -> "Checkpoint":
         return cls(d["incarnation"], d["path"], d["dev"], d["inode"], d["fp_len"], d["fp"], d["offset"],
                    d.get("size", 0), d.get("updated", 0.0), d.get("finished", False))
-
-
-@dataclass(slots=True)
-class Record:
-    """One queue record: a ready bulk body (action + source pairs) and the file ranges it covers."""
-
-    seq: int
-    body: bytes                                   # NDJSON: b'{"create":...}\n{...}\n' per doc
-    events: int
-    covers: dict[str, tuple[int, int]] = field(default_factory=dict)  # incarnation -> (start, end)
 
 
 @dataclass(frozen=True, slots=True)

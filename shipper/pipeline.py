@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipper.clock import Clock
-from shipper.config import Config, InputConfig
+from shipper.config import Config
 from shipper.errors import SpoolFullError
 from shipper.events import Events
 from shipper.model import Checkpoint, DeadLetter, Line

@@ -8,7 +8,7 @@ Bad input is flagged in `log.flags`, never raised. The `_id` is `<incarnation>-<
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -409,5 +409,3 @@ class DocBuilder:
             out.append(pair)
         return nbytes
 
-
-BuildFn = Callable[[str, str, list[Line], float, list[bytes]], int]

@@ -13,7 +13,7 @@ import os
 import stat as stat_mod
 import threading
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from shipper.config import InputConfig
 
@@ -160,5 +160,3 @@ class Watcher:
             self._observer = None
             self._watched.clear()
 
-
-WakeFn = Callable[[], None]
