@@ -664,13 +664,17 @@ def _state_dir_of(config_file: Path) -> str | None:
 
 # ---------------------------------------------------------------- output
 
-def _print_install_summary(opts: SetupOptions, report: Report, host: Host, root: Path | None) -> None:
+def _print_changes(report: Report, done: str, nothing: str) -> None:
     if report.changes:
-        print("shipper-setup: done.")
+        print(f"shipper-setup: {done}")
         for change in report.changes:
             print(f"  - {change}")
     else:
-        print("shipper-setup: nothing changed; this host is already set up as asked.")
+        print(f"shipper-setup: {nothing}")
+
+
+def _print_install_summary(opts: SetupOptions, report: Report, host: Host, root: Path | None) -> None:
+    _print_changes(report, "done.", "nothing changed; this host is already set up as asked.")
     print(f"  config:    {opts.config_path} (index {mask_token(opts.token)}, receiver {opts.receiver})")
     print(f"  inputs:    {', '.join(opts.globs)}")
     print(f"  state dir: {opts.state_dir}")
@@ -700,12 +704,7 @@ def _print_install_summary(opts: SetupOptions, report: Report, host: Host, root:
 
 
 def _print_uninstall_summary(report: Report, host: Host, root: Path | None) -> None:
-    if report.changes:
-        print("shipper-setup: uninstalled.")
-        for change in report.changes:
-            print(f"  - {change}")
-    else:
-        print("shipper-setup: no shipper service is installed here; nothing changed.")
+    _print_changes(report, "uninstalled.", "no shipper service is installed here; nothing changed.")
     for note in report.notes:
         print(f"  note: {note}")
     if root is not None and host.planned:
