@@ -271,6 +271,47 @@ class Pipeline:
                 best = (rank, cp)
         return None if best is None else best[1]
 
+    def _being_copied(self, path: str, head: bytes, compressed: bool) -> bool:
+        """Is this unknown file at a rotated name a copy logrotate is still writing? The compressor
+        creates its .gz empty and fills it; copytruncate's copy starts empty and grows. Such a file
+        is too short to carry the fingerprint of the file it copies, but its bytes so far are that
+        file's first bytes (looked up in the files of the same rotation root we hold or parked)."""
+        root = identity.rotation_root(path)
+        if root == path or len(head) >= identity.FP_MAX_BYTES:
+            return False
+        if not head:
+            return True           # nothing to ship yet either way; judged by content once written
+        n = len(head)
+        for src in self.sources.values():
+            h = src.harvester
+            cp = src.checkpoint
+            if h.compressed or cp.fp_len <= n or identity.rotation_root(cp.path) != root:
+                continue
+            try:
+                if os.pread(h.fd, n, 0) == head:
+                    return True
+            except OSError:
+                continue
+        for pkey, p in self.parked.items():
+            if p.incarnation is None or identity.rotation_root(p.path) != root or identity.is_compressed(p.path):
+                continue
+            cp = self.cps.get(p.incarnation)
+            if cp is None or cp.fp_len <= n:
+                continue
+            try:
+                fd = os.open(p.path, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == pkey and os.pread(fd, n, 0) == head:
+                    return True
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        return False
+
     def _input_for(self, path: str) -> int | None:
         """The input whose globs match `path` (checkpoints do not record it); None if none does now."""
         idx = self._path_input.get(path)
@@ -597,6 +638,11 @@ class Pipeline:
                 self.sources[key] = src
                 self.events.rotated_copy_opened(copy_of.path, cand.path, copy_of.incarnation, copy_of.offset)
                 return
+        if cand.why in ("glob", "successor") and self._being_copied(cand.path, head, gz is not None):
+            # judged again when it changes: shipping it now would ship a copy under a new identity
+            self._park(key, None, "copy being written", path=cand.path, st=st, idx=idx)
+            drop()
+            return
         # a new incarnation
         doc_path = cand.doc_path or cand.path
         if cand.why == "glob":

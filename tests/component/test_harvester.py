@@ -267,6 +267,59 @@ async def test_delaycompress_with_a_glob_that_matches_the_rotated_names(make_rig
     assert_once(rig, expected)
 
 
+async def test_compressed_copy_seen_while_the_compressor_writes_it(make_rig: RigFactory, tmp_path: Path) -> None:
+    """compress without delaycompress, glob matching the rotated names: logrotate renames app.log to
+    app.log.1, creates app.log.1.gz empty, fills it, then unlinks app.log.1. A scan in between sees an
+    empty (then partial) .gz: it is not a new file, and once whole it is a copy of what we read."""
+    rig = make_rig([str(tmp_path / "logs" / "app.log*")])
+    app = tmp_path / "logs" / "app.log"
+    a = lines("a", 30)
+    write(app, *a)
+    await rig.step()
+    tail = lines("tail", 40)
+    write(app, *tail)
+    one, gz = tmp_path / "logs" / "app.log.1", tmp_path / "logs" / "app.log.1.gz"
+    os.rename(app, one)
+    write(app, "new file")
+    gz.touch()                                   # the compressor's output, not written yet
+    await rig.p.rescan()                         # seen (and opened) now, read only after it is filled
+    data = gzip.compress(one.read_bytes())
+    with open(gz, "wb") as f:
+        f.write(data[:12])                       # a gzip header and nothing decompressible yet
+    await rig.p.rescan()
+    with open(gz, "wb") as f:
+        f.write(data)
+    one.unlink()
+    await rig.settle()
+    assert_once(rig, a + tail + ["new file"])
+    assert len({i.rsplit("-", 1)[0] for i in rig.docs}) == 2, "two files, two incarnations"
+
+
+async def test_plain_copy_seen_while_copytruncate_writes_it(make_rig: RigFactory, tmp_path: Path) -> None:
+    """copytruncate, glob matching the rotated names: a scan sees app.log.1 while logrotate is still
+    copying into it (empty, then shorter than the fingerprint). It is the copy, not a new file."""
+    rig = make_rig([str(tmp_path / "logs" / "app.log*")])
+    app = tmp_path / "logs" / "app.log"
+    a = ["a short first line"]
+    write(app, *a)
+    await rig.step()
+    more = lines("more", 30)
+    write(app, *more)
+    one = tmp_path / "logs" / "app.log.1"
+    content = app.read_bytes()
+    one.touch()
+    await rig.p.rescan()                         # seen (and opened) now, read only after it grew
+    with open(one, "wb") as f:
+        f.write(content[:10])                    # part of the first line copied so far
+    await rig.p.rescan()
+    with open(one, "wb") as f:
+        f.write(content)
+    os.truncate(app, 0)
+    write(app, "after")
+    await rig.settle()
+    assert_once(rig, a + more + ["after"])
+
+
 async def test_deleted_while_open_is_read_to_its_end(make_rig: RigFactory, tmp_path: Path) -> None:
     rig = make_rig()
     app = tmp_path / "logs" / "app.log"
