@@ -566,6 +566,11 @@ class Pipeline:
                     gz.close()
                 os.close(fd)
                 raise
+        # a compressed copy read from far in: decompress up to the offset in a thread, not in the
+        # first read on the loop (a 1 GiB .gz takes seconds)
+        far = [s.harvester for s in self.sources.values() if s.harvester.needs_seek]
+        if far:
+            await asyncio.to_thread(lambda: [h.seek_compressed() for h in far])
 
     def _adopt(self, cand: Candidate, fd: int, st: os.stat_result, head: bytes, gz: GzipReader | None) -> None:
         """Decide what an opened file is, and read it as that (or close it again)."""

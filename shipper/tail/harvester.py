@@ -66,6 +66,12 @@ class Harvester:
         return self._gz is not None
 
     @property
+    def needs_seek(self) -> bool:
+        """A compressed copy whose decompressor is not at the read position yet."""
+        gz = self._gz
+        return gz is not None and self.error is None and gz.tell() != self.splitter.read_position
+
+    @property
     def lag_bytes(self) -> int:
         return max(0, self.size - self.checkpoint.offset)
 
@@ -76,6 +82,9 @@ class Harvester:
             self.at_eof = True
             return []
         if self._gz is not None:
+            if self.error is not None:
+                self.at_eof = True
+                return []
             chunk = self._read_gz(pos, max_bytes)
         else:
             # Read the last bytes we read once more in front of the new ones: if they are not the
@@ -112,6 +121,20 @@ class Harvester:
         n = len(chunk)
         self._tail = chunk[-TAIL_BYTES:] if n >= TAIL_BYTES else (self._tail + chunk)[-TAIL_BYTES:]
         return self.splitter.feed(chunk)
+
+    def seek_compressed(self) -> None:
+        """Bring a compressed copy's decompressor to the read position, decompressing all before
+        it: seconds for a large .gz read from far in, so the pipeline calls this in a thread and
+        the reads on the event loop stay bounded. A failure is kept in `error` (retried later)."""
+        gz = self._gz
+        if gz is None or self.error is not None:
+            return
+        try:
+            pos = self.splitter.read_position
+            if gz.tell() != pos:
+                gz.seek(pos)
+        except (EOFError, OSError, ValueError, zlib.error) as e:
+            self.error = f"{type(e).__name__}: {e}"
 
     def _read_gz(self, pos: int, max_bytes: int) -> bytes:
         gz = self._gz

@@ -363,6 +363,27 @@ async def test_restart_after_two_rotations_one_compressed(make_rig: RigFactory, 
     assert all(d["log"]["file"]["path"] == str(app) for d in rig.docs.values())
 
 
+async def test_compressed_copy_read_from_far_in_is_sought_off_the_loop(make_rig: RigFactory, tmp_path: Path) -> None:
+    """Catch-up from a .gz at a deep offset: the decompression up to the offset (seconds for a large
+    file) happens in a thread when the copy is opened, so the first read on the loop is bounded."""
+    rig = make_rig()
+    app = tmp_path / "logs" / "app.log"
+    a = lines("a", 3000)                          # ~200 KB shipped before the stop
+    write(app, *a)
+    await rig.step()
+    await rig.restart()
+    rest = lines("rest", 10)
+    write(app, *rest)
+    rotate_compress(app)
+    await rig.p.rescan()                          # finds the incarnation in app.log.1.gz and opens it
+    (src,) = [s for s in rig.p.sources.values() if s.harvester.compressed]
+    h = src.harvester
+    assert h.position == src.checkpoint.offset > 150_000
+    assert not h.needs_seek, "the decompressor was brought to the offset when the copy was opened"
+    await rig.settle()
+    assert_once(rig, a + rest)
+
+
 async def test_restart_after_copytruncate(make_rig: RigFactory, tmp_path: Path) -> None:
     rig = make_rig()
     app = tmp_path / "logs" / "app.log"
