@@ -44,6 +44,7 @@ RESUME_FRACTION = 0.75        # a paused reader resumes when the queue is below 
 DLQ_CHECK_S = 1.0             # how often a sender looks for a `shipper dlq replay|purge` request
 ROOM_FILL = 0.9               # a read round aims at this share of the lines the record still has room for
 FULL_ENOUGH = 0.95            # with a backlog, a record this full (of bulk_max_events) is committed
+WRITES_BEHIND = 2             # records the reader may have handed to the spool thread and not yet seen written
 
 
 @dataclass(slots=True)
@@ -162,12 +163,14 @@ class Pipeline:
         # the last read round stopped with more to read (a file behind, or the record full): the
         # record keeps filling to its limits instead of leaving at once (fewer, fuller requests)
         self.backlog = False
-        self._commit_lock = asyncio.Lock()      # held from taking the accumulator until its record is queued
+        self._commit_lock = asyncio.Lock()      # held by the record being written (records are written in order)
         self.scanned = asyncio.Event()           # set after the first rescan: every matched file is open
         self._unreadable: set[str] = set()       # paths whose permission problem was logged once
         self.give_up_at: float | None = None     # monotonic: spool writes stop retrying a full disk after this
         self._writing: Accumulator | None = None  # taken by commit(), being written on the spool thread
         self._commit_task: asyncio.Future[None] | None = None
+        self._writes: deque[tuple[Accumulator, asyncio.Future[None]]] = deque()   # records queued for writing, in order
+        self._write_error: BaseException | None = None   # a record that could not be written: nothing after it is
         self._watcher: discovery.Watcher | None = None
         for cp in spool.spool.checkpoints.values():
             self._index_cp(dataclasses.replace(cp))
@@ -549,7 +552,12 @@ class Pipeline:
         batch: list[Candidate] = []
         for key in list(self.waiting)[:free]:
             batch.append(self.waiting.pop(key))
-        opened = await asyncio.to_thread(_open_batch, batch)
+        job = asyncio.ensure_future(asyncio.to_thread(_open_batch, batch))
+        try:
+            opened = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(_close_opened)     # stopping: the thread's files are not leaked
+            raise
         for cand, res in zip(batch, opened):
             if res is None:
                 # a file we may not read is retried at every scan; say so once, not silently
@@ -1009,73 +1017,113 @@ class Pipeline:
     @property
     def committing(self) -> bool:
         """A record is being written (or waits to be): the accumulator alone does not show everything read."""
-        return self._commit_lock.locked()
+        return bool(self._writes)
 
     async def commit(self, wait: bool = True) -> None:
         """Write the accumulator as one record with its checkpoints (one transaction), then hand it to the senders.
 
         With wait=False (the reader) only the hand-over is awaited: the record is grouped,
         compressed and written on the spool thread while the loop reads the next one. Records
-        are written one at a time, in order (the lock is held until a record is queued), so at
-        most one is written behind the reader; a failure to write is raised by the next commit.
+        are written one at a time, in order (each write holds the lock; asyncio's lock is FIFO),
+        and up to WRITES_BEHIND of them may wait behind the reader: one record's write stalled
+        by a busy GIL or a slow disk does not stop reading. A failure to write is raised by the
+        next commit, and no later record is written after it (its checkpoints would skip lines).
+        wait=True returns when this record and every one before it is queued for the senders.
         """
         prev = self._commit_task
         if prev is not None and prev.done():
             self._commit_task = None
             if not prev.cancelled() and prev.exception() is not None:
                 raise prev.exception()  # type: ignore[misc]
-        await self._commit_lock.acquire()
+        if self._write_error is not None:
+            raise self._write_error
+        while len(self._writes) >= WRITES_BEHIND:
+            await self._await_write(self._writes[0][1])
         acc = self.acc
         if acc.empty():
-            self._commit_lock.release()
+            if wait and self._writes:
+                await self._await_write(self._writes[-1][1])
             return
         self.acc = Accumulator()
-        self._writing = acc
         task = asyncio.ensure_future(self._write_record(acc))
+        self._writes.append((acc, task))
+        self._show_writing()
         self._commit_task = task
         if wait:
-            # shielded: the record holds lines taken from the accumulator and nowhere else, so a
-            # cancelled caller (pipe interrupted, reader cancelled at stop) must not cancel its write;
-            # it goes on, the next commit waits for it (the lock) and raises its failure
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                raise
-            except BaseException:
+            await self._await_write(task)
+
+    async def _await_write(self, task: asyncio.Future[None]) -> None:
+        """Wait for a record's write. Shielded: the record holds lines taken from the accumulator and
+        nowhere else, so a cancelled caller (pipe interrupted, reader cancelled at stop) must not
+        cancel its write; it goes on, and the next commit raises its failure."""
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            if self._commit_task is task:
                 self._commit_task = None
-                raise
+            raise
+        if self._commit_task is task:
             self._commit_task = None
 
-    async def _write_record(self, acc: Accumulator) -> None:
-        """commit()'s second half, with the lock held: the spool transaction, then the outbox."""
-        try:
-            out = self.cfg.output
-            covers = {k: (v[0], v[1]) for k, v in acc.covers.items()}
-            # a full disk waits here (logged once): reading pauses with it, the files are the buffer
-            records = await self._spool_write(_group_and_commit, self.spool.spool, acc.parts, out.bulk_max_events,
-                                              out.bulk_max_bytes, covers, list(acc.checkpoints.values()),
-                                              out.compression == "gzip")
-            for cp in acc.checkpoints.values():
-                self._index_cp(cp)
-            for meta, stored in records:
-                self.queue_events += meta.events
-                self.queue_bytes += meta.stored_bytes
-                # only what the senders take next stays in memory: a backlog (slow output) is re-read
-                # from the spool when its turn comes, so memory stays flat however long the queue
-                if len(self.outbox) < out.max_in_flight and self.cached_bytes + len(stored) <= BODY_CACHE_BYTES:
-                    self.outbox.append((meta, stored))
-                    self.cached_bytes += len(stored)
-                else:
-                    self.outbox.append((meta, None))
-                self.events.events_queued(meta.events, meta.stored_bytes)
-            if records:
-                self.outbox_ready.set()
-                self.events.queue_state(self.queue_events, self.queue_bytes)
-        finally:
+    def _show_writing(self) -> None:
+        """`_writing` (what status counts as read but not queued) covers every record being written or waiting."""
+        if not self._writes:
             self._writing = None
-            self._commit_lock.release()
+        elif len(self._writes) == 1:
+            self._writing = self._writes[0][0]
+        else:
+            merged = Accumulator()
+            for acc, _ in self._writes:
+                for inc, (start, end) in acc.covers.items():
+                    cur = merged.covers.get(inc)
+                    merged.covers[inc] = [start, end] if cur is None else [min(cur[0], start), max(cur[1], end)]
+            self._writing = merged
+
+    async def _write_record(self, acc: Accumulator) -> None:
+        """commit()'s second half, in order under the lock: the spool transaction, then the outbox."""
+        try:
+            async with self._commit_lock:
+                if self._write_error is not None:
+                    raise self._write_error       # an earlier record was not written: neither is this one
+                try:
+                    await self._store_record(acc)
+                except BaseException as e:
+                    self._write_error = e
+                    raise
+        finally:
+            if self._writes and self._writes[0][0] is acc:
+                self._writes.popleft()
+            else:
+                self._writes = deque(w for w in self._writes if w[0] is not acc)
+            self._show_writing()
             if not self.acc.empty():
                 self.wake.set()     # what was read meanwhile may go now (should_commit held it back)
+
+    async def _store_record(self, acc: Accumulator) -> None:
+        out = self.cfg.output
+        covers = {k: (v[0], v[1]) for k, v in acc.covers.items()}
+        # a full disk waits here (logged once): reading pauses with it, the files are the buffer
+        records = await self._spool_write(_group_and_commit, self.spool.spool, acc.parts, out.bulk_max_events,
+                                          out.bulk_max_bytes, covers, list(acc.checkpoints.values()),
+                                          out.compression == "gzip")
+        for cp in acc.checkpoints.values():
+            self._index_cp(cp)
+        for meta, stored in records:
+            self.queue_events += meta.events
+            self.queue_bytes += meta.stored_bytes
+            # only what the senders take next stays in memory: a backlog (slow output) is re-read
+            # from the spool when its turn comes, so memory stays flat however long the queue
+            if len(self.outbox) < out.max_in_flight and self.cached_bytes + len(stored) <= BODY_CACHE_BYTES:
+                self.outbox.append((meta, stored))
+                self.cached_bytes += len(stored)
+            else:
+                self.outbox.append((meta, None))
+            self.events.events_queued(meta.events, meta.stored_bytes)
+        if records:
+            self.outbox_ready.set()
+            self.events.queue_state(self.queue_events, self.queue_bytes)
 
     # ================================================================ sending side
 
@@ -1392,6 +1440,18 @@ def _open_batch(cands: list[Candidate]) -> list[tuple[int, os.stat_result, bytes
             continue
         out.append((fd, st, head, gz))
     return out
+
+
+def _close_opened(job: asyncio.Future[list[tuple[int, os.stat_result, bytes, GzipReader | None] | None]]) -> None:
+    """Close what an `_open_batch` nobody waits for any more opened."""
+    if job.cancelled() or job.exception() is not None:
+        return
+    for res in job.result():
+        if res is not None:
+            fd, _st, _head, gz = res
+            if gz is not None:
+                gz.close()
+            os.close(fd)
 
 
 class _Surroundings:

@@ -5,6 +5,7 @@ checkpoint cleanup. Each test checks every written line exactly once in the comm
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import AsyncIterator, Callable
 
 import pytest
 
+from shipper.pipeline import Candidate
 from tests.support.pipeline_rig import Rig
 from tests.support.rotate import rotate, rotate_compress, rotate_copytruncate, rotate_delaycompress, rotate_rename
 
@@ -498,3 +500,25 @@ async def test_checkpoints_of_removed_files_are_forgotten_after_the_grace(make_r
     assert_once(rig, [f"gone {i}" for i in range(5)] + ["kept"])
     with gzip.open(str(keep_gz) + ".1.gz") as g:
         assert g.read() == b"gone 0\n"
+
+
+async def test_opening_cancelled_midway_leaks_no_file(make_rig: RigFactory, tmp_path: Path) -> None:
+    """Stopping while a batch of files is being opened in a thread: what the thread opened is closed."""
+    rig = make_rig()
+    logs = tmp_path / "logs"
+    for i in range(200):
+        write(logs / f"f{i:03d}.log", f"line {i}")
+    for path in sorted(logs.iterdir()):
+        st = path.stat()
+        key = (st.st_dev, st.st_ino)
+        rig.p.waiting[key] = Candidate(str(path), 0, key, "glob")
+    task = asyncio.create_task(rig.p.open_waiting())
+    await asyncio.sleep(0)                   # the thread is opening files now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = asyncio.get_running_loop().time() + 10
+    while rig.open_fds(logs) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    assert rig.open_fds(logs) == 0
+    assert not rig.p.sources
