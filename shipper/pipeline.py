@@ -560,6 +560,9 @@ class Pipeline:
             raise
         for cand, res in zip(batch, opened):
             if res is None:
+                if cand.why == "successor" and cand.doc_path is not None:
+                    # gone between the look and the open (compressed meanwhile): look again next scan
+                    self._successor_paths.setdefault(cand.doc_path, (cand.since, cand.input_idx))
                 # a file we may not read is retried at every scan; say so once, not silently
                 if cand.path not in self._unreadable and not os.access(cand.path, os.R_OK) and os.path.exists(cand.path):
                     self._unreadable.add(cand.path)
@@ -653,7 +656,10 @@ class Pipeline:
                 return
         if cand.why in ("glob", "successor") and self._being_copied(cand.path, head, gz is not None):
             # judged again when it changes: shipping it now would ship a copy under a new identity
-            self._park(key, None, "copy being written", path=cand.path, st=st, idx=idx)
+            if cand.why == "successor" and cand.doc_path is not None:
+                self._successor_paths.setdefault(cand.doc_path, (cand.since, idx))   # no glob shows it: look again next scan
+            else:
+                self._park(key, None, "copy being written", path=cand.path, st=st, idx=idx)
             drop()
             return
         # a new incarnation

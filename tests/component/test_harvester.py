@@ -15,7 +15,7 @@ import pytest
 
 from shipper.pipeline import Candidate
 from tests.support.pipeline_rig import Rig
-from tests.support.rotate import rotate, rotate_compress, rotate_copytruncate, rotate_delaycompress, rotate_rename
+from tests.support.rotate import gzip_file, rotate, rotate_compress, rotate_copytruncate, rotate_delaycompress, rotate_rename
 
 RigFactory = Callable[..., Rig]
 
@@ -384,6 +384,33 @@ async def test_compressed_copy_read_from_far_in_is_sought_off_the_loop(make_rig:
     assert not h.needs_seek, "the decompressor was brought to the offset when the copy was opened"
     await rig.settle()
     assert_once(rig, a + rest)
+
+
+async def test_restart_while_logrotate_compresses_a_file_never_seen(make_rig: RigFactory, tmp_path: Path) -> None:
+    """Started while logrotate is compressing a file written during the downtime: its plain name is
+    shipped (as a file written while nobody looked), the empty .gz beside it is not a new file, and
+    once the .gz is whole it is a copy of what was shipped."""
+    rig = make_rig()
+    logs = tmp_path / "logs"
+    app = logs / "app.log"
+    a = lines("a", 20)
+    write(app, *a)
+    await rig.step()
+    await rig.restart()
+    os.rename(app, logs / "app.log-20261129")
+    gzip_file(logs / "app.log-20261129", logs / "app.log-20261129.gz")
+    b = lines("b", 25)                                 # written while stopped
+    write(app, *b)
+    plain, gz = logs / "app.log-20261130", logs / "app.log-20261130.gz"
+    os.rename(app, plain)
+    gz.touch()                                         # the compressor's output, not written yet
+    c = lines("c", 5)
+    write(app, *c)
+    await rig.p.rescan()
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    await rig.settle()
+    assert_once(rig, a + b + c)
 
 
 async def test_restart_after_copytruncate(make_rig: RigFactory, tmp_path: Path) -> None:
