@@ -301,7 +301,8 @@ def system_command(system: str, tmp: str, input_path: str, url: str,
             if args.profile_format == "raw":
                 out = os.path.join(OUT_DIR, "shipper.folded")
                 return [pyspy, "record", "-o", out, "--format", "raw", "--threads", "--function",
-                        "--rate", "250", "--nonblocking", "--subprocesses", "--", *cmd], True
+                        "--rate", "250", "--nonblocking", "--subprocesses",
+                        *(["--idle"] if args.profile_idle else []), "--", *cmd], True
             svg = os.path.join(OUT_DIR, "shipper.svg")
             return [pyspy, "record", "-o", svg, "--subprocesses", "--", *cmd], True
         return cmd, False
@@ -645,6 +646,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="run shipper under cProfile (bench/out/shipper.prof; main thread only)")
     ap.add_argument("--profile-format", choices=("raw", "flamegraph"), default="raw",
                     help="--profile output: collapsed stacks + a text summary (raw) or an SVG")
+    ap.add_argument("--profile-idle", action="store_true",
+                    help="--profile with py-spy --idle: samples of waiting threads too (where the loop sleeps)")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-run.json"), help="results file")
     args = ap.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]

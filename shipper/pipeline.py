@@ -1036,11 +1036,6 @@ class Pipeline:
         next commit, and no later record is written after it (its checkpoints would skip lines).
         wait=True returns when this record and every one before it is queued for the senders.
         """
-        prev = self._commit_task
-        if prev is not None and prev.done():
-            self._commit_task = None
-            if not prev.cancelled() and prev.exception() is not None:
-                raise prev.exception()  # type: ignore[misc]
         if self._write_error is not None:
             raise self._write_error
         while len(self._writes) >= WRITES_BEHIND:
@@ -1052,9 +1047,9 @@ class Pipeline:
             return
         self.acc = Accumulator()
         task = asyncio.ensure_future(self._write_record(acc))
+        task.add_done_callback(_retrieve)       # a failure is raised through _write_error, by every later commit
         self._writes.append((acc, task))
         self._show_writing()
-        self._commit_task = task
         if wait:
             await self._await_write(task)
 
@@ -1062,16 +1057,7 @@ class Pipeline:
         """Wait for a record's write. Shielded: the record holds lines taken from the accumulator and
         nowhere else, so a cancelled caller (pipe interrupted, reader cancelled at stop) must not
         cancel its write; it goes on, and the next commit raises its failure."""
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            raise
-        except BaseException:
-            if self._commit_task is task:
-                self._commit_task = None
-            raise
-        if self._commit_task is task:
-            self._commit_task = None
+        await asyncio.shield(task)
 
     def _show_writing(self) -> None:
         """`_writing` (what status counts as read but not queued) covers every record being written or waiting."""
@@ -1383,6 +1369,12 @@ class Pipeline:
         the copies were removed before it came back."""
         return sum(max(0, s.harvester.size - s.harvester.position) for s in self.sources.values()
                    if s.role == "copy" or s.harvester.state in ("renamed", "deleted"))
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """Mark a record write's failure as seen (commit() raises it via _write_error)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _group_and_commit(spool: Any, parts: list[bytes], max_events: int, max_bytes: int,

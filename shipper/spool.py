@@ -51,6 +51,17 @@ _META = "m:"    # record metadata (events, raw bytes, stored bytes, covers, enco
 _DLQ = "d:"     # dead letter
 _NEXT_DLQ = "n:dlq"
 
+# diskcache's Cache table, written directly (see Spool._upsert): key, raw=1, store_time,
+# expire_time, access_time, access_count, tag, size, mode, filename, value
+_UPSERT_HEAD = ("INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size,"
+                " mode, filename, value) VALUES ")
+_UPSERT_ROW = "(?, 1, ?, NULL, ?, 0, NULL, ?, ?, NULL, ?)"
+_UPSERT_TAIL = (" ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time,"
+                " access_time = excluded.access_time, size = excluded.size, mode = excluded.mode,"
+                " filename = NULL, value = excluded.value")
+_DELETE_RECORD = "DELETE FROM Cache WHERE key IN (?, ?) AND raw = 1"
+ROWS_PER_STATEMENT = 80      # 6 parameters a row: under SQLite's historical limit of 999
+
 
 @dataclass(slots=True)
 class RecordMeta:
@@ -181,16 +192,17 @@ class Spool:
         def tx() -> list[tuple[RecordMeta, bytes]]:
             seq = self.next_seq
             out = []
-            with self.cache.transact():
-                for st, raw, n in stored:
-                    meta = RecordMeta(seq, n, len(raw), len(st), gzip, dict(covers), now)
-                    self.cache.set(seq, st)
-                    self.cache.set(f"{_META}{seq}", {"events": n, "raw_bytes": len(raw), "stored_bytes": len(st),
-                                                      "gzipped": gzip, "covers": covers, "at": now})
-                    out.append((meta, st))
-                    seq += 1
-                for cp in cps:
-                    self.cache.set(f"{_CP}{cp.incarnation}", cp.to_dict())
+            rows: list[tuple[Any, Any]] = []
+            for st, raw, n in stored:
+                meta = RecordMeta(seq, n, len(raw), len(st), gzip, dict(covers), now)
+                rows.append((seq, st))
+                rows.append((f"{_META}{seq}", {"events": n, "raw_bytes": len(raw), "stored_bytes": len(st),
+                                               "gzipped": gzip, "covers": covers, "at": now}))
+                out.append((meta, st))
+                seq += 1
+            for cp in cps:
+                rows.append((f"{_CP}{cp.incarnation}", cp.to_dict()))
+            self._upsert(rows, now)
             self.next_seq = seq
             for meta, _ in out:
                 self.pending[meta.seq] = meta
@@ -199,6 +211,35 @@ class Spool:
             return out
 
         return self._guard(tx)
+
+    def _upsert(self, rows: list[tuple[Any, Any]], now: float) -> None:
+        """Write (key, value) rows as diskcache's `set` would store them, in one transaction.
+
+        diskcache's `set` runs a SELECT and an INSERT per key, and the spool thread needs the GIL
+        back after each SQLite step: while the loop thread is busy parsing, every such hand-over
+        waits for the interpreter's switch interval. Here a record (body, metadata, checkpoints) is
+        one multi-row statement, which SQLite runs as its own transaction: one hand-over, not ~10.
+        Beyond ROWS_PER_STATEMENT rows (many files' checkpoints) several statements share an
+        explicit transaction. Keys and values are encoded by diskcache itself (same table, same
+        modes), so `Cache.get`, `iterkeys` and the Settings triggers see what `set` would write.
+        """
+        disk = self.cache.disk
+        params: list[Any] = []
+        for key, value in rows:
+            db_key, raw = disk.put(key)
+            size, mode, filename, db_value = disk.store(value, False, key=key)
+            if not raw or filename is not None:       # not reachable with our keys and sizes
+                raise ValueError(f"spool row {key!r} cannot be written in place")
+            params.extend((db_key, now, now, size, mode, db_value))
+        sql = self.cache._sql
+        per = ROWS_PER_STATEMENT * 6
+        if len(params) <= per:
+            sql(_UPSERT_HEAD + ",".join([_UPSERT_ROW] * (len(params) // 6)) + _UPSERT_TAIL, params)
+            return
+        with self.cache.transact():
+            for i in range(0, len(params), per):
+                chunk = params[i:i + per]
+                sql(_UPSERT_HEAD + ",".join([_UPSERT_ROW] * (len(chunk) // 6)) + _UPSERT_TAIL, chunk)
 
     def save_checkpoints(self, checkpoints: Iterable[Checkpoint]) -> None:
         cps = list(checkpoints)
@@ -239,8 +280,11 @@ class Spool:
         dl = list(dead)
 
         def tx() -> None:
-            with self.cache.transact():
-                if dl:
+            if not dl:
+                # the usual ack: one statement (its own transaction), one GIL hand-over (see _upsert)
+                self.cache._sql(_DELETE_RECORD, (seq, f"{_META}{seq}"))
+            else:
+                with self.cache.transact():
                     n = int(self.cache.get(_NEXT_DLQ, 0))
                     for d in dl:
                         n += 1
@@ -248,8 +292,8 @@ class Spool:
                             "index": d.index, "reason": d.reason, "status": d.status,
                             "document": d.document, "at": d.at, "id": d.doc_id})
                     self.cache.set(_NEXT_DLQ, n)
-                self.cache.delete(seq)
-                self.cache.delete(f"{_META}{seq}")
+                    self.cache.delete(seq)
+                    self.cache.delete(f"{_META}{seq}")
             self.pending.pop(seq, None)
             self.dead_letters += len(dl)
 
