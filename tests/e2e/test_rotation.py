@@ -60,10 +60,14 @@ def test_rename_rotation_under_a_writer(tmp_path: Path, es: ES, osmem_clone: Any
     log = logs / "app.log"
     log.touch()
     d = daemon_factory(config(tmp_path, osmem_clone.url, [log])).wait_ready()
-    with Writer(log, rate=400) as w:
+    # the app keeps its fd and reopens after the rotation (postrotate's kill -HUP): lines go into
+    # the renamed file until then. (A writer that opens by path per batch can recreate app.log
+    # between logrotate's rename and create; logrotate then moves it aside as .backup, an error.)
+    with Writer(log, rate=400, keep_open=True) as w:
         for _ in range(3):
             wait_until(lambda: w.count >= 150 * (_ + 1), "the writer to write")
             logrotate(tmp_path, log, "create", rotate=5)
+            w.reopen()
     finish(es, d, w.written)
 
 
