@@ -13,6 +13,7 @@ import concurrent.futures
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ log = logging.getLogger("shipper.spool")
 T = TypeVar("T")
 
 CHECKPOINT_EVERY_S = 0.5    # AsyncSpool: WAL checkpoints (and their fsyncs) at most this often, off the spool thread
+# The interpreter's switch interval (CPython's default is 5 ms): how long a thread that wants the
+# GIL waits before the running one is made to drop it. See AsyncSpool.
+GIL_SWITCH_INTERVAL_S = 0.0002
 
 _CP = "c:"      # checkpoint of a file incarnation
 _META = "m:"    # record metadata (events, raw bytes, stored bytes, covers, encoding)
@@ -458,6 +462,14 @@ class AsyncSpool:
     """
 
     def __init__(self, spool: Spool, checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> None:
+        # The spool thread takes the GIL back ~8 times per record (woken, after the join, gzip and
+        # SQLite, to hand the result over) while the loop thread parses without pause. With the
+        # default 5 ms switch interval each of those waits up to 5 ms, a record took longer to
+        # write than to read, and the reader stood waiting for the spool. The loop thread is only
+        # made to drop the GIL when another thread asks for it, so a short interval costs a few
+        # hundred switches a second and nothing while the spool thread is idle.
+        if sys.getswitchinterval() > GIL_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.spool = spool
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
         self._checkpoint_every_s = checkpoint_every_s
