@@ -92,6 +92,8 @@ CORPUS: list[bytes] = [
 CONFIGS: list[dict[str, Any]] = [
     {},
     {"format": "json"},
+    {"index": "app-logs"},                          # one index name: DocBuilder._build_static
+    {"index": "app-logs", "fields": {"env": "prod", "nested": {"a": [1, "ü"]}}},
     {"fields": {"env": "prod", "team": "core"}},
     {"fields": {"service": {"name": "api", "tags": ["a", "b"]}, "n": 3, "unicode": "ü"}},
     {"index": "logs-%Y.%m.%d"},
@@ -226,9 +228,18 @@ def _render(obj: dict[str, Any], style: int, dup: tuple[str, Any] | None) -> byt
 @settings(max_examples=400, deadline=None)
 @given(obj=st.dictionaries(_keys, _values, max_size=6), style=st.integers(0, 2),
        dup=st.one_of(st.none(), st.tuples(_keys, _scalars)),
-       cfg=st.sampled_from(CONFIGS[:6]), pad=st.sampled_from([b"", b" ", b"\t", b"  "]))
+       cfg=st.sampled_from(CONFIGS[:8]), pad=st.sampled_from([b"", b" ", b"\t", b"  "]))
 def test_random_json_spliced_equals_reserialised(obj: dict[str, Any], style: int, dup: tuple[str, Any] | None,
                                                  cfg: dict[str, Any], pad: bytes) -> None:
     line = _render(obj, style, dup) + pad
     fast, slow = both(builder(**cfg), [(5, 6 + len(line), line, 0)])
     assert_same(fast, slow)
+
+
+def test_a_static_index_takes_the_static_loop_and_a_pattern_does_not() -> None:
+    static, dated = builder(index="app-logs"), builder(index="app-%Y")
+    assert static._static_prefix is not None and dated._static_prefix is None
+    line = b'{"level":30,"time":1790000000123,"msg":"x"}'
+    fast, slow = both(static, _events([line, b"text", line]))
+    assert_same(fast, slow)
+    assert fast[0].startswith(b'{"create":{"_index":"app-logs","_id":"0123456789ab-0"}}\n{"@timestamp":"2026-')
