@@ -55,8 +55,9 @@ class LineSplitter:
             chunk = chunk[nl + 1:]
             self._skipping = False
         pos = self.offset
-        data = self._carry + chunk if self._carry else chunk
-        parts = data.split(b"\n")
+        parts = chunk.split(b"\n")
+        if self._carry:
+            parts[0] = self._carry + parts[0]     # not carry + chunk: that copies the whole chunk again
         tail = parts.pop()
         append = out.append
         for part in parts:
