@@ -558,8 +558,8 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
     listen = None if m.has("listen") and m.raw("listen") is None else m.string("listen", "127.0.0.1:9607")
     if not listen:
         listen = None
-    if listen is not None and not re.match(r"^[^:\s]*:\d{1,5}$", listen):
-        raise lines.error("metrics.listen", f"expected HOST:PORT, got {listen!r}")
+    if listen is not None and not re.match(r"^(\[[0-9A-Fa-f:.]+\]|[^:\s\[\]]*):\d{1,5}$", listen):
+        raise lines.error("metrics.listen", f"expected HOST:PORT (an IPv6 address in brackets: [::1]:9607), got {listen!r}")
     health_down_after_s = m.duration("health_down_after", 60.0)
     m.finish()
     cfg = Config(

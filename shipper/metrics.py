@@ -444,8 +444,8 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tuple[bool, str]],
                         status: Callable[[], dict[str, Any]] | None = None) -> Any:
-    """Start the /metrics, /health (and /status, JSON) server on HOST:PORT (an empty host is
-    127.0.0.1: loopback unless asked otherwise). Returns the aiohttp runner (call .cleanup())."""
+    """Start the /metrics, /health (and /status, JSON) server on HOST:PORT or [IPv6]:PORT (an empty
+    host is 127.0.0.1: loopback unless asked otherwise). Returns the aiohttp runner (call .cleanup())."""
     import orjson
     from aiohttp import web
 
@@ -469,6 +469,8 @@ async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tupl
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     host, _, port = listen.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]                      # [::1]:9607
     site = web.TCPSite(runner, host or "127.0.0.1", int(port), reuse_address=True)
     try:
         await site.start()

@@ -55,8 +55,10 @@ def _ask_daemon(listen: str | None) -> dict[str, Any] | None:
     if not listen:
         return None
     host, _, port = listen.rpartition(":")
-    if host in ("", "0.0.0.0", "::", "[::]"):
+    if host in ("", "0.0.0.0"):
         host = "127.0.0.1"
+    elif host == "[::]":
+        host = "[::1]"                # listening on every IPv6 address: ask over IPv6 loopback
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/status", timeout=ASK_TIMEOUT_S) as resp:
             v = orjson.loads(resp.read())

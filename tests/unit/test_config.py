@@ -289,6 +289,7 @@ def test_unset_env_names_the_variable_the_key_and_the_line() -> None:
     (MINIMAL + "output:\n  elasticsearch:\n    password: pw\n", "output.elasticsearch.password", 6, "username"),
     (MINIMAL + "output:\n  elasticsearch:\n    index: ['a']\n", "output.elasticsearch.index", 6, "string"),
     (MINIMAL + "metrics:\n  listen: 9607\n", "metrics.listen", 5, "HOST:PORT"),
+    (MINIMAL + "metrics:\n  listen: '::1:9607'\n", "metrics.listen", 5, "in brackets"),
     (MINIMAL + "log_level: loud\n", "log_level", 4, "debug, info, warning, error"),
     (MINIMAL + "state_dir: /other\n", "state_dir", 4, "duplicate"),
     ("- just\n- a list\n", "(top level)", None, "mapping"),
@@ -323,3 +324,8 @@ def test_load_config_reads_a_file_and_names_it(tmp_path: Path) -> None:
 def test_an_empty_file_is_all_defaults() -> None:
     cfg = load("")
     assert cfg.inputs == () and cfg.state_dir == "/var/lib/shipper"
+
+
+@pytest.mark.parametrize("listen", ["[::1]:9607", "[::]:9607", "0.0.0.0:9607", ":9607", "localhost:9607"])
+def test_metrics_listen_takes_ipv4_names_and_bracketed_ipv6(listen: str) -> None:
+    assert load(MINIMAL + f"metrics:\n  listen: '{listen}'\n").metrics.listen == listen
