@@ -1340,9 +1340,17 @@ class Pipeline:
         for src in self.sources.values():
             h = src.harvester
             cp = src.checkpoint
+            size = h.size
+            if not h.compressed and h.fd >= 0:
+                # the size the last read saw is stale while reading is paused (backpressure, a full
+                # disk): the file's own says how far behind we really are
+                try:
+                    size = max(size, os.fstat(h.fd).st_size)
+                except OSError:
+                    pass
             out.append({"path": h.path, "inode": h.inode, "incarnation": cp.incarnation,
                         "offset": shipped.get(cp.incarnation, cp.offset), "queued_offset": cp.offset,
-                        "size": h.size, "lag_bytes": max(0, h.size - shipped.get(cp.incarnation, cp.offset)),
+                        "size": size, "lag_bytes": max(0, size - shipped.get(cp.incarnation, cp.offset)),
                         "state": "copy" if src.role == "copy" else h.state})
         return out
 

@@ -549,3 +549,20 @@ async def test_opening_cancelled_midway_leaks_no_file(make_rig: RigFactory, tmp_
         await asyncio.sleep(0.01)
     assert rig.open_fds(logs) == 0
     assert not rig.p.sources
+
+
+async def test_status_lag_counts_bytes_written_since_the_last_read(make_rig: RigFactory, tmp_path: Path) -> None:
+    """While reading is paused (backpressure, a full disk) status must not show the size of the last
+    read: the lag is what the file holds beyond what was shipped."""
+    rig = make_rig()
+    app = tmp_path / "logs" / "app.log"
+    write(app, *lines("a", 10))
+    await rig.step()
+    (row,) = rig.p.file_status()
+    assert row["lag_bytes"] == 0
+    before = app.stat().st_size
+    write(app, *lines("b", 7))                  # not read: no step
+    (row,) = rig.p.file_status()
+    assert row["size"] == app.stat().st_size and row["lag_bytes"] == app.stat().st_size - before > 0
+    await rig.step()
+    assert_once(rig, lines("a", 10) + lines("b", 7))
