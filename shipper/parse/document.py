@@ -224,6 +224,11 @@ class DocBuilder:
                             t, ts_text = pt, pts  # type: ignore[assignment]
         if not _usable(t):
             t = now
+        # a JSON line's own @timestamp that is no time (text in no known layout, a bool, years past
+        # 9999) cannot be indexed as a date: replaced, but kept and flagged, never silently lost
+        bad_ts = doc.get("@timestamp") if obj is not None else None
+        if bad_ts is not None and _epoch(bad_ts, now, self.tz) is not None:
+            bad_ts = None
         doc["@timestamp"] = ts_text or format_timestamp(t)
         if self.fields:
             # before the fields SPEC always adds, so `fields: {log: {...}}` cannot drop log.offset
@@ -252,6 +257,10 @@ class DocBuilder:
         else:
             log["file"] = {"path": path}
         log["offset"] = offset
+        if bad_ts is not None:
+            # always text: one mapping for the field whatever the lines put in @timestamp
+            log["original_timestamp"] = bad_ts if isinstance(bad_ts, str) else _dumps(bad_ts).decode()
+            fl = (fl or []) + ["timestamp_unparsed"]
         if fl:
             old = log.get("flags")
             log["flags"] = (old if isinstance(old, list) else []) + fl

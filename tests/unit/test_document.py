@@ -71,6 +71,17 @@ def test_existing_at_timestamp_is_normalised_to_utc_millis() -> None:
     assert doc(b'{"@timestamp":1600000000000}')["@timestamp"] == "2020-09-13T12:26:40.000Z"
 
 
+def test_an_at_timestamp_that_is_no_time_is_replaced_but_kept_and_flagged() -> None:
+    d = doc(b'{"@timestamp":"yesterday","msg":"x"}')
+    assert len(d["@timestamp"]) == 24                                   # the time it was read
+    assert d["log"]["original_timestamp"] == "yesterday" and d["log"]["flags"] == ["timestamp_unparsed"]
+    d = doc(b'{"@timestamp":{"a":1},"time":1600000000000}')           # pino's time wins, the object is kept as text
+    assert d["@timestamp"] == "2020-09-13T12:26:40.000Z"
+    assert d["log"]["original_timestamp"] == '{"a":1}' and d["log"]["flags"] == ["timestamp_unparsed"]
+    d = doc(b'{"@timestamp":"2026-01-02T03:04:05Z","time":1}')         # a time: normalised, nothing flagged
+    assert "original_timestamp" not in d["log"] and "flags" not in d["log"]
+
+
 def test_timestamp_field() -> None:
     assert doc(b'{"timestamp":"2025-05-06T07:08:09.5Z"}')["@timestamp"] == "2025-05-06T07:08:09.500Z"
     assert doc(b'{"timestamp":1600000000}')["@timestamp"] == "2020-09-13T12:26:40.000Z"
@@ -190,6 +201,8 @@ def test_any_time_value_gives_a_valid_timestamp(value: Any, key: str) -> None:
     line = orjson.dumps({key: value}) if not (isinstance(value, int) and abs(value) >= 2**63) else b'{"x":1}'
     d = doc(line)
     assert len(d["@timestamp"]) == 24 and d["@timestamp"].endswith("Z") and d["@timestamp"][:4].isdigit()
+    if key == "@timestamp" and "timestamp_unparsed" in d["log"].get("flags", []):
+        assert d["log"]["original_timestamp"] == (value if isinstance(value, str) else orjson.dumps(value).decode())
 
 
 # ---------------------------------------------------------------- bulk pairs and _id
