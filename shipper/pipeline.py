@@ -168,7 +168,6 @@ class Pipeline:
         self._unreadable: set[str] = set()       # paths whose permission problem was logged once
         self.give_up_at: float | None = None     # monotonic: spool writes stop retrying a full disk after this
         self._writing: Accumulator | None = None  # taken by commit(), being written on the spool thread
-        self._commit_task: asyncio.Future[None] | None = None
         self._writes: deque[tuple[Accumulator, asyncio.Future[None]]] = deque()   # records queued for writing, in order
         self._write_error: BaseException | None = None   # a record that could not be written: nothing after it is
         self._watcher: discovery.Watcher | None = None
