@@ -129,7 +129,8 @@ def judge(status: int, answer: dict[str, Any] | None, count: int) -> RequestVerd
     """A bulk answer's status (and error body) -> items | split | dead | auth | blocked | retry.
 
     2xx with a JSON object: look at the items. 413: halve the batch (one document alone is dead).
-    A whole-request 400 on several documents: halve to find the culprit (one alone is dead).
+    A whole-request 400 from Elasticsearch (an error object) on several documents: halve to find
+    the culprit (one alone is dead); a 400 without one is not about a document: retried.
     401/403: credentials or privileges (a 403 cluster block: a read-only index); retried slowly,
     never dropped. Anything else (429, 5xx, 404, an unreadable answer) is retried as a whole.
     """
@@ -138,9 +139,14 @@ def judge(status: int, answer: dict[str, Any] | None, count: int) -> RequestVerd
         if isinstance(answer, dict):
             return RequestVerdict("items", reason, False)
         return RequestVerdict("retry", f"HTTP {status} with an unreadable bulk answer", False)
+    etype = _error_type(answer)
+    if status == 400 and not etype:
+        # not Elasticsearch's answer (a proxy's page: "The plain HTTP request was sent to HTTPS
+        # port", a wrong path): the destination is wrong, not a document. Bisecting would put
+        # every document in the dead-letter queue; it is retried until it is fixed
+        return RequestVerdict("retry", reason, False)
     if status == 413 or status == 400:
         return RequestVerdict("split" if count > 1 else "dead", reason, False)
-    etype = _error_type(answer)
     if etype == "cluster_block_exception":
         return RequestVerdict("blocked", reason, status == 429)
     if status in AUTH_STATUSES:

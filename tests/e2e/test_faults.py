@@ -392,3 +392,17 @@ def _backpressure(tmp_path: Path, daemon_factory: Any, record_property: Any, sin
     sink.assert_exactly_once(range(n_lines))
     assert d.alive
     assert d.cli("status", "--json", check=True)
+
+
+def test_a_400_page_from_a_proxy_is_retried_not_dead_lettered(tmp_path, es, fault_proxy, daemon_factory):
+    """A 400 that is no Elasticsearch answer (nginx: plain HTTP to an HTTPS port) says the destination
+    is wrong, not a document: the batch waits and goes once it is fixed; the dead-letter queue stays empty."""
+    app, d = _setup(tmp_path, fault_proxy.url, daemon_factory, {"bulk_max_events": 100})
+    page = "<html><head><title>400 The plain HTTP request was sent to HTTPS port</title></head></html>"
+    fault_proxy.fail_next(400, times=6, body=page)
+    write_lines(app, range(0, 300))
+    _delivered(es, 300, d)
+    assert fault_proxy.by_status.get(400, 0) == 6
+    assert _dlq(d) == []
+    assert d.metric("shipper_events_dead_letter_total") in (0, None)
+    _oracle(es, d, range(300))

@@ -77,6 +77,9 @@ def test_an_item_without_status_is_retried() -> None:
     (413, None, 1, "dead", False),
     (400, {"error": {"type": "parse_exception", "reason": "bad"}}, 4, "split", False),
     (400, {"error": {"type": "parse_exception", "reason": "bad"}}, 1, "dead", False),
+    (400, None, 4, "retry", False),                     # a proxy's HTML page: the destination, not a document
+    (400, None, 1, "retry", False),
+    (400, {"message": "Bad Request"}, 1, "retry", False),
     (401, {"error": {"type": "security_exception", "reason": "missing authentication credentials"}}, 5, "auth", False),
     (403, {"error": {"type": "security_exception", "reason": "unauthorized"}}, 5, "auth", False),
     (403, {"error": {"type": "cluster_block_exception", "reason": "index [x] blocked by: [FORBIDDEN/8/index write (api)]"}}, 5, "blocked", False),
