@@ -38,6 +38,7 @@ _EPISODE_PHRASES = {
     "forbidden": "output refused the request (HTTP 403); check the user's privileges, retrying slowly",
     "blocked": "index write blocked (read-only index, e.g. disk flood stage); retrying until the block lifts",
     "overloaded": "output overloaded or failing, retrying with backoff",
+    "misdirected": "output answered HTTP 400 without an Elasticsearch error (a proxy, or the wrong URL or scheme?); retrying with backoff",
 }
 
 
@@ -219,7 +220,8 @@ class Sender:
         """A whole-request failure with an answer: 429, 5xx, 401/403, a 403 block, 404, ..."""
         self.failures += 1
         now = self.clock.monotonic()
-        kind = {"auth": "auth" if reply.status == 401 else "forbidden", "blocked": "blocked"}.get(verdict.kind, "overloaded")
+        kind = {"auth": "auth" if reply.status == 401 else "forbidden", "blocked": "blocked"}.get(
+            verdict.kind, "misdirected" if reply.status == 400 else "overloaded")
         reason = f"HTTP {reply.status} from {reply.host}: {verdict.reason}"
         other_host_up = len(self.client.hosts) > 1 and self.client.any_up(now)
         if kind == "overloaded" and other_host_up and reply.retry_after_s is None:
@@ -228,7 +230,7 @@ class Sender:
             delay = self.backoff.delay(self.failures, self.rng, reply.retry_after_s)
             self.resume_at = max(self.resume_at, now + delay)
         self._episode(reply.host, kind, verdict.reason, reply.status)
-        if kind != "overloaded" or self.failures >= DOWN_AFTER_FAILURES:
+        if kind not in ("overloaded", "misdirected") or self.failures >= DOWN_AFTER_FAILURES:
             self._set_state(False, reason)
         else:
             self.last_error = redact(reason)

@@ -405,4 +405,5 @@ def test_a_400_page_from_a_proxy_is_retried_not_dead_lettered(tmp_path, es, faul
     assert fault_proxy.by_status.get(400, 0) == 6
     assert _dlq(d) == []
     assert d.metric("shipper_events_dead_letter_total") in (0, None)
+    assert d.output().count("without an Elasticsearch error") == 1, "logged once per episode"
     _oracle(es, d, range(300))
