@@ -273,6 +273,12 @@ class Pipeline:
                 best = (rank, cp)
         return None if best is None else best[1]
 
+    def _look_again_for(self, cand: Candidate) -> None:
+        """A successor (written at a path while nobody looked) not taken now: the next rescan
+        looks among that path's rotated siblings again."""
+        if cand.why == "successor" and cand.doc_path is not None:
+            self._successor_paths.setdefault(cand.doc_path, (cand.since, cand.input_idx))
+
     def _being_copied(self, path: str, head: bytes, compressed: bool) -> bool:
         """Is this unknown file at a rotated name a copy logrotate is still writing? The compressor
         creates its .gz empty and fills it; copytruncate's copy starts empty and grows. Such a file
@@ -559,9 +565,7 @@ class Pipeline:
             raise
         for cand, res in zip(batch, opened):
             if res is None:
-                if cand.why == "successor" and cand.doc_path is not None:
-                    # gone between the look and the open (compressed meanwhile): look again next scan
-                    self._successor_paths.setdefault(cand.doc_path, (cand.since, cand.input_idx))
+                self._look_again_for(cand)   # a successor gone between the look and the open (compressed meanwhile)
                 # a file we may not read is retried at every scan; say so once, not silently
                 if cand.path not in self._unreadable and not os.access(cand.path, os.R_OK) and os.path.exists(cand.path):
                     self._unreadable.add(cand.path)
@@ -572,9 +576,7 @@ class Pipeline:
             try:
                 self._adopt(cand, fd, st, head, gz)
             except BaseException:
-                if gz is not None:
-                    gz.close()
-                os.close(fd)
+                _close_file(fd, gz)
                 raise
         # a compressed copy read from far in: decompress up to the offset in a thread, not in the
         # first read on the loop (a 1 GiB .gz takes seconds)
@@ -585,17 +587,13 @@ class Pipeline:
     def _adopt(self, cand: Candidate, fd: int, st: os.stat_result, head: bytes, gz: GzipReader | None) -> None:
         """Decide what an opened file is, and read it as that (or close it again)."""
         key = (st.st_dev, st.st_ino)
-        idx0 = cand.input_idx
 
         def drop() -> None:
-            if gz is not None:
-                gz.close()
-            os.close(fd)
+            _close_file(fd, gz)
 
         if key in self.sources or key != cand.key:
             drop()          # the name now names another file (rotated names shift): look again
-            if cand.why == "successor" and cand.doc_path is not None:
-                self._successor_paths.setdefault(cand.doc_path, (cand.since, idx0))
+            self._look_again_for(cand)
             self._rescan_soon = True
             return
         was_parked = self._unpark(key) is not None
@@ -655,8 +653,8 @@ class Pipeline:
                 return
         if cand.why in ("glob", "successor") and self._being_copied(cand.path, head, gz is not None):
             # judged again when it changes: shipping it now would ship a copy under a new identity
-            if cand.why == "successor" and cand.doc_path is not None:
-                self._successor_paths.setdefault(cand.doc_path, (cand.since, idx))   # no glob shows it: look again next scan
+            if cand.why == "successor":
+                self._look_again_for(cand)      # no glob shows it, so no park would be seen again
             else:
                 self._park(key, None, "copy being written", path=cand.path, st=st, idx=idx)
             drop()
@@ -1438,13 +1436,18 @@ def _open_batch(cands: list[Candidate]) -> list[tuple[int, os.stat_result, bytes
             else:
                 head = os.pread(fd, identity.FP_MAX_BYTES, 0)
         except (OSError, EOFError, zlib.error):
-            if gz is not None:
-                gz.close()
-            os.close(fd)
+            _close_file(fd, gz)
             out.append(None)
             continue
         out.append((fd, st, head, gz))
     return out
+
+
+def _close_file(fd: int, gz: GzipReader | None) -> None:
+    """Close a file `_open_batch` opened (and its gzip reader)."""
+    if gz is not None:
+        gz.close()
+    os.close(fd)
 
 
 def _close_opened(job: asyncio.Future[list[tuple[int, os.stat_result, bytes, GzipReader | None] | None]]) -> None:
@@ -1453,10 +1456,7 @@ def _close_opened(job: asyncio.Future[list[tuple[int, os.stat_result, bytes, Gzi
         return
     for res in job.result():
         if res is not None:
-            fd, _st, _head, gz = res
-            if gz is not None:
-                gz.close()
-            os.close(fd)
+            _close_file(res[0], res[3])
 
 
 class _Surroundings:

@@ -200,7 +200,15 @@ class DocBuilder:
             doc: dict[str, Any] = obj
             if self.line_filter is not None and not self.line_filter.keep(data.decode("utf-8", "replace")):
                 return None
-            t, ts_text = _event_time(doc, now, self.tz), None
+            ts_text = None
+            # a line's own @timestamp that is no time (text in no known layout, a bool, years past
+            # 9999) cannot be indexed as a date: replaced, but kept and flagged, never silently lost
+            bad_ts = doc.get("@timestamp")
+            t = _epoch(bad_ts, now, self.tz) if bad_ts is not None else None
+            if t is None:
+                t = _event_time(doc, now, self.tz)
+            else:
+                bad_ts = None
             msg = doc.get("msg")
             if msg is not None and "message" not in doc:
                 doc["message"] = msg
@@ -210,7 +218,7 @@ class DocBuilder:
             if self.line_filter is not None and not self.line_filter.keep(text):
                 return None
             doc = {"message": text}
-            t, ts_text, level = now, None, None
+            t, ts_text, level, bad_ts = now, None, None, None
             if self.regex is not None:
                 parsed = self.regex.parse(text, now)
                 if parsed is None:
@@ -224,11 +232,6 @@ class DocBuilder:
                             t, ts_text = pt, pts  # type: ignore[assignment]
         if not _usable(t):
             t = now
-        # a JSON line's own @timestamp that is no time (text in no known layout, a bool, years past
-        # 9999) cannot be indexed as a date: replaced, but kept and flagged, never silently lost
-        bad_ts = doc.get("@timestamp") if obj is not None else None
-        if bad_ts is not None and _epoch(bad_ts, now, self.tz) is not None:
-            bad_ts = None
         doc["@timestamp"] = ts_text or format_timestamp(t)
         if self.fields:
             # before the fields SPEC always adds, so `fields: {log: {...}}` cannot drop log.offset

@@ -16,6 +16,7 @@ import pytest
 from shipper.pipeline import Candidate
 from tests.support.pipeline_rig import Rig
 from tests.support.rotate import gzip_file, rotate, rotate_compress, rotate_copytruncate, rotate_delaycompress, rotate_rename
+from tests.support.wait import async_wait_until
 
 RigFactory = Callable[..., Rig]
 
@@ -544,10 +545,7 @@ async def test_opening_cancelled_midway_leaks_no_file(make_rig: RigFactory, tmp_
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    deadline = asyncio.get_running_loop().time() + 10
-    while rig.open_fds(logs) and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.01)
-    assert rig.open_fds(logs) == 0
+    await async_wait_until(lambda: rig.open_fds(logs) == 0, "the files the thread opened to be closed")
     assert not rig.p.sources
 
 
