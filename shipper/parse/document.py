@@ -17,6 +17,11 @@ from shipper.model import FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
 from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
+try:        # the C fast path (shipper/parse/_splice.c); without a compiler the install has none
+    from shipper.parse._splice import splice as native_splice
+except ImportError:   # pragma: no cover - the pure-Python path below is the reference
+    native_splice = None
+
 LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
 _LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`
 
@@ -130,6 +135,13 @@ class DocBuilder:
                                if "%" not in self.router.pattern and "{" not in self.router.pattern else None)
         self._ts_prefix: dict[int, bytes] = {}    # epoch second -> b'"}}\n{"@timestamp":"YYYY-MM-DDTHH:MM:SS'
         self._path_mid: dict[str, bytes] = {}     # path -> the constant bytes between @timestamp and log.offset
+        # the C fast path: for the usual input (no line filter; an index named by neither a field
+        # nor anything but the event time), when it is built; `_build_native`
+        self._native = (native_splice if native_splice is not None and self._splice_reserved is not None
+                        and self.line_filter is None and "{" not in self.router.pattern else None)
+        self._reserved_bytes = tuple(k.encode() for k in self._splice_reserved or ())
+        if len(self._reserved_bytes) > 64:       # the C scan's limit; a config with 60 fields is rare
+            self._native = None
 
     def _splice_keys(self, inp: InputConfig) -> frozenset[str] | None:
         """The top-level keys that send a JSON line to full re-serialisation; None: never splice.
@@ -323,8 +335,32 @@ class DocBuilder:
         """
         if self._splice_reserved is None:
             return self.build_reserialised(incarnation, path, events, now, out)
+        if self._native is not None:
+            return self._build_native(incarnation, path, events, now, out)
         if self._static_prefix is not None and self.line_filter is None:
             return self._build_static(incarnation, path, events, now, out)
+        return self._build_general(incarnation, path, events, now, out)
+
+    def _build_native(self, incarnation: str, path: str, events: list[Line], now: float,
+                      out: list[bytes]) -> int:
+        """`_build` in C (`_splice.c`): a valid pino line is passed through as it is, after the
+        added fields; every line it does not take is handed, in order, to the Python loop."""
+        py = self._build_static if self._static_prefix is not None else self._build_general
+
+        def one(ev: Line) -> int:
+            return py(incarnation, path, [ev], now, out)
+
+        return self._native(events, out, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
+                            self._path_bytes(path), self._fields_bytes + b",", self._reserved_bytes, one,
+                            _FAST_MS_MIN, _FAST_MS_MAX)
+
+    def _prefix_at_second(self, sec: int) -> bytes:
+        """The action's start for an event in epoch second `sec` (an index named by time alone)."""
+        return self._prefix(self.router.route({}, float(sec)))
+
+    def _build_general(self, incarnation: str, path: str, events: list[Line], now: float,
+                       out: list[bytes]) -> int:
+        """The Python splice loop for any index pattern and line filter (see `_build`)."""
         field_keys = self._field_keys
         nbytes = 0
         loads = _loads

@@ -1,6 +1,7 @@
-"""The spliced bulk pair (added fields as ready bytes + orjson's serialisation of the parsed line)
-equals the fully re-serialised one: same action, same document (compared as parsed JSON), no
-duplicate keys, over a corpus of tricky lines, several input configurations and random JSON."""
+"""The spliced bulk pair (added fields as ready bytes + the line: its own bytes on the C path,
+orjson's serialisation of the parsed line on the Python one) equals the fully re-serialised one:
+same action, same document (compared as parsed JSON), no duplicate keys, over a corpus of tricky
+lines, several input configurations and random JSON. Every test runs on both paths."""
 
 from __future__ import annotations
 
@@ -14,7 +15,18 @@ from hypothesis import strategies as st
 
 from shipper.config import InputConfig
 from shipper.model import FLAG_TRUNCATED
+from shipper.parse import document
 from shipper.parse.document import DocBuilder
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test twice: with the C fast path (`_splice.c`, which must be built) and without it."""
+    if request.param == "native":
+        assert document.native_splice is not None, "shipper/parse/_splice.c is not built: pip install -e . (needs gcc)"
+    else:
+        monkeypatch.setattr(document, "native_splice", None)
+    return str(request.param)
 
 NOW = 1_790_000_000.25
 PATH = "/var/log/app/ünïcode \"quoted\" path.log"
@@ -87,6 +99,38 @@ CORPUS: list[bytes] = [
     # not objects, not JSON
     b'{}', b'{ }', b'{"":""}', b'[1,2]', b'"string"', b'{not json}', b'{"a":1', b'{"a":1}}', b'{"a":1} {"b":2}',
     b'{"a":NaN}', b'{"a":Infinity}', b'{"a":"\\ud800"}', b"plain text line", b"", b"{",
+    # what the C scan must refuse (or take) exactly as orjson does
+    b'{"msg":"a multiline join",\n"time":1790000000012}',                 # a newline must not reach the body
+    b'{"msg":"nl in string\n","time":1790000000012}', b'{"msg":"raw tab \t in string","time":1790000000012}',
+    b'{"msg":"del \x7f ok","time":1790000000012}',
+    b'{"msg":"overlong \xc0\xaf","time":1790000000013}', b'{"msg":"overlong \xe0\x80\xaf","time":1790000000013}',
+    b'{"msg":"surrogate \xed\xa0\x80","time":1790000000013}', b'{"msg":"past max \xf4\x90\x80\x80","time":1790000000013}',
+    b'{"msg":"f5 \xf5\x80\x80\x80","time":1790000000013}', b'{"msg":"cut at end \xe6","time":1790000000013}',
+    '{"msg":"max \U0010ffff and \u07ff \uffff","time":1790000000013}'.encode(),
+    b'{"msg":"pair \\ud83d\\ude00","time":1790000000014}', b'{"msg":"bad escape \\x","time":1790000000014}',
+    b'{"msg":"short \\u12","time":1790000000014}', b'{"msg":"hex \\uZZZZ","time":1790000000014}',
+    b'{"a":01,"time":1790000000015}', b'{"a":1.,"time":1790000000015}', b'{"a":.5,"time":1790000000015}',
+    b'{"a":-,"time":1790000000015}', b'{"a":1e5,"time":1790000000015}', b'{"a":1.5E+3,"time":1790000000015}',
+    b'{"a":-0.0,"b":0.5,"c":-12.25,"time":1790000000015}', b'{"a":123456789012345678,"time":1790000000015}',
+    b'{"a":1234567890123456789,"time":1790000000015}', b'{"a":0.12345678901234567,"time":1790000000015}',
+    b'{"a":tru,"time":1790000000016}', b'{"a":nul,"time":1790000000016}', b'{"a":True,"time":1790000000016}',
+    b'{"a":true,"b":false,"c":null,"d":[true,false,null],"time":1790000000016}',
+    b'{"a":{"x":1,"x":2},"time":1790000000017}', b'{"a":{"x":1},"b":{"x":1},"x":0,"time":1790000000017}',
+    b'{"a":[{"x":1,"y":{"x":2}},{"x":3}],"time":1790000000017}', b'{"a":[{"x":1,"x":1}],"time":1790000000017}',
+    b'{"":"empty key","time":1790000000018}', b'{"level":"w\\u0061rn","msg":"escaped level","time":1790000000018}',
+    b'{"time":100000000000,"msg":"ms_min - 1"}', b'{"time":100000000001,"level":20}',
+    b'{"time":4398046511103,"level":60}', b'{"time":4398046511104,"level":60}',
+    b'{"time":1790000000019,"msg":{"o":[1]},"level":-10}', b'{"time":1790000000019,"msg":[1,"x"],"level":0}',
+    b'{"time":1790000000019,"msg":7,"message":"kept"}', b'{"message":"alone","time":1790000000019}',
+    b'{"a":1}x', b'{"a":1,"time":1790000000020},', b'{"a":1,"time":1790000000020}\r', b'{"a":1,"time":1790000000020}\r ',
+    b'{"a":1,"time":1790000000020,}', b'{"a" 1,"time":1790000000020}', b'{"a":1 "time":1790000000020}',
+    b'{"a":[1,2,],"time":1790000000020}', b'{"a":[1 2],"time":1790000000020}', b'{"a":[,"time":1790000000020}',
+    b'{"time":1790000000021,"a":"' + b"x" * 5000 + b'"}',
+    b'{"time":1790000000022,"d":' + b'[' * 63 + b'1' + b']' * 63 + b'}',
+    b'{"time":1790000000022,"d":' + b'{"k":' * 70 + b'1' + b'}' * 70 + b'}',
+    b'{"time":1790000000022,"d":' + b'[' * 200 + b']' * 200 + b'}',
+    b'{"time":1790000000023,' + b",".join(b'"k%d":%d' % (i, i) for i in range(1100)) + b'}',
+    b'{"time":1790000000023,"o":{' + b",".join(b'"k%d":%d' % (i, i) for i in range(300)) + b',"k7":0}}',
 ]
 
 CONFIGS: list[dict[str, Any]] = [

@@ -1,0 +1,674 @@
+/* shipper.parse._splice: the JSON line -> bulk pair fast path of DocBuilder, in C.
+ *
+ * A pino line is already the document Elasticsearch wants, minus the fields enrichment adds.
+ * When a line is a JSON object that this file can prove is valid (RFC 8259, strict UTF-8), has no
+ * duplicate key at any depth, none of the keys enrichment adds (`@timestamp`, `log`, `host`, the
+ * input's fields) and an integer epoch-ms `time`, its bytes are passed through unchanged: the
+ * added fields are written in front, the line's own bytes after them. Everything else (flags,
+ * text, escapes in keys, numbers past 18 digits or with an exponent, surrogate escapes, nesting
+ * past 64, a newline from a multiline join, no `time`, ...) goes to `fallback`, the Python path,
+ * so whatever this file accepts is a subset of what orjson accepts, with the same meaning; the
+ * Python path stays the reference (tests/unit/test_splice.py holds both to the re-serialised
+ * documents).
+ *
+ * splice(events, out, head, prefix_for, inc, mid, tail, reserved, fallback, ms_min, ms_max) -> int
+ *   events     list of (start, end, data, flags)
+ *   out        list the bulk pairs are appended to, in event order
+ *   head       bytes: the action's start (`{"create":{"_index":"x","_id":"`), or None:
+ *   prefix_for callable(epoch second) -> that bytes, for an index named after the event time
+ *   inc        the incarnation and "-"
+ *   mid        `,"host":{"name":..},"log":{"file":{"path":..},"offset":`
+ *   tail       the input's fields as `,"k":v` pairs, then ","
+ *   reserved   tuple of top-level keys (UTF-8 bytes) that send a line to the fallback
+ *   fallback   callable(event) -> bytes appended to `out` by it
+ *   ms_min/max the range of `time` (epoch ms) taken here
+ * Returns the number of bytes appended to `out`.
+ *
+ * The scan of a batch runs without the GIL (the bytes are immutable and `events` is owned by the
+ * caller), so the spool thread's Python runs meanwhile on the other core.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define MAX_KEYS 1024          /* keys of all the objects open at once */
+#define MAX_NUM_DIGITS 18      /* past this orjson may give a float for an integer: fallback */
+#define MAX_RESERVED 64
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+} span_t;
+
+typedef struct {
+    const unsigned char *s;    /* cursor */
+    const unsigned char *e;    /* end of the line */
+    span_t keys[MAX_KEYS];
+    int nkeys;
+} parser_t;
+
+/* What the scan of one line found; ok == 0: the fallback takes it. */
+typedef struct {
+    int ok;
+    int level;                 /* 10..60 or 0 */
+    span_t level_str;          /* a non-empty string level, raw, quotes included */
+    span_t msg;                /* raw value of `msg` to copy into `message`, or n == 0 */
+    long long time_ms;
+    Py_ssize_t body_end;       /* index just past the top object's closing brace */
+} scan_t;
+
+typedef struct {
+    span_t keys[MAX_RESERVED];
+    int n;
+    long long ms_min, ms_max;
+} rules_t;
+
+/* 1: byte needs a closer look inside a string ('"', '\\', < 0x20, >= 0x80) */
+static unsigned char string_stop[256];
+
+static void init_tables(void) {
+    for (int c = 0; c < 256; c++)
+        string_stop[c] = (c == '"' || c == '\\' || c < 0x20 || c >= 0x80);
+}
+
+static inline void skip_ws(parser_t *P) {
+    /* no '\n': a newline inside an event (a multiline join) must not reach the bulk body raw */
+    while (P->s < P->e && (*P->s == ' ' || *P->s == '\t' || *P->s == '\r'))
+        P->s++;
+}
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A string at P->s (on its '"'). Sets *escaped when it holds a backslash escape. */
+static int parse_string(parser_t *P, int *escaped) {
+    const unsigned char *s = P->s + 1, *e = P->e;
+    *escaped = 0;
+    for (;;) {
+        while (s < e && !string_stop[*s])
+            s++;
+        if (s >= e)
+            return 0;
+        unsigned char c = *s;
+        if (c == '"') {
+            P->s = s + 1;
+            return 1;
+        }
+        if (c == '\\') {
+            *escaped = 1;
+            if (s + 1 >= e)
+                return 0;
+            switch (s[1]) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                s += 2;
+                continue;
+            case 'u': {
+                if (s + 6 > e)
+                    return 0;
+                int cp = 0;
+                for (int i = 2; i < 6; i++) {
+                    int h = hexval(s[i]);
+                    if (h < 0)
+                        return 0;
+                    cp = (cp << 4) | h;
+                }
+                if (cp >= 0xD800 && cp <= 0xDFFF)
+                    return 0;  /* surrogate escapes: pairs and lone halves are the fallback's */
+                s += 6;
+                continue;
+            }
+            default:
+                return 0;
+            }
+        }
+        if (c < 0x20)
+            return 0;
+        /* strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF */
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (s + 1 >= e || (s[1] & 0xC0) != 0x80) return 0;
+            s += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (s + 2 >= e) return 0;
+            unsigned char c1 = s[1];
+            if (c == 0xE0 ? (c1 < 0xA0 || c1 > 0xBF)
+                : c == 0xED ? (c1 < 0x80 || c1 > 0x9F)
+                : (c1 & 0xC0) != 0x80) return 0;
+            if ((s[2] & 0xC0) != 0x80) return 0;
+            s += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (s + 3 >= e) return 0;
+            unsigned char c1 = s[1];
+            if (c == 0xF0 ? (c1 < 0x90 || c1 > 0xBF)
+                : c == 0xF4 ? (c1 < 0x80 || c1 > 0x8F)
+                : (c1 & 0xC0) != 0x80) return 0;
+            if ((s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
+            s += 4;
+        } else {
+            return 0;
+        }
+    }
+}
+
+/* A number at P->s. *is_int and *value describe an integer of at most 18 digits. */
+static int parse_number(parser_t *P, int *is_int, long long *value) {
+    const unsigned char *s = P->s, *e = P->e;
+    int neg = 0, digits = 0;
+    long long v = 0;
+    if (s < e && *s == '-') {
+        neg = 1;
+        s++;
+    }
+    if (s >= e)
+        return 0;
+    if (*s == '0') {
+        s++;
+        digits = 1;
+    } else if (*s >= '1' && *s <= '9') {
+        while (s < e && *s >= '0' && *s <= '9') {
+            if (++digits > MAX_NUM_DIGITS)
+                return 0;
+            v = v * 10 + (*s - '0');
+            s++;
+        }
+    } else {
+        return 0;
+    }
+    *is_int = 1;
+    if (s < e && *s == '.') {
+        *is_int = 0;
+        s++;
+        if (s >= e || *s < '0' || *s > '9')
+            return 0;
+        while (s < e && *s >= '0' && *s <= '9') {
+            if (++digits > MAX_NUM_DIGITS)
+                return 0;
+            s++;
+        }
+    }
+    if (s < e && (*s == 'e' || *s == 'E'))
+        return 0;  /* 1e400 is an error to orjson: the fallback decides */
+    *value = neg ? -v : v;
+    P->s = s;
+    return 1;
+}
+
+static int parse_value(parser_t *P, int depth);
+
+static int literal(parser_t *P, const char *word, Py_ssize_t n) {
+    if (P->e - P->s < n || memcmp(P->s, word, (size_t)n) != 0)
+        return 0;
+    P->s += n;
+    return 1;
+}
+
+/* An object at P->s (on its '{'); keys are checked for duplicates. */
+static int parse_object(parser_t *P, int depth) {
+    if (depth > MAX_DEPTH)
+        return 0;
+    int base = P->nkeys, escaped;
+    P->s++;
+    skip_ws(P);
+    if (P->s < P->e && *P->s == '}') {
+        P->s++;
+        return 1;
+    }
+    for (;;) {
+        skip_ws(P);
+        if (P->s >= P->e || *P->s != '"')
+            return 0;
+        const unsigned char *k = P->s + 1;
+        if (!parse_string(P, &escaped) || escaped)
+            return 0;  /* an escaped key may equal another spelled plainly: fallback */
+        Py_ssize_t kn = P->s - 1 - k;
+        for (int i = base; i < P->nkeys; i++)
+            if (P->keys[i].n == kn && memcmp(P->keys[i].p, k, (size_t)kn) == 0)
+                return 0;  /* a duplicate key: Elasticsearch refuses it, orjson keeps the last */
+        if (P->nkeys >= MAX_KEYS)
+            return 0;
+        P->keys[P->nkeys].p = k;
+        P->keys[P->nkeys].n = kn;
+        P->nkeys++;
+        skip_ws(P);
+        if (P->s >= P->e || *P->s != ':')
+            return 0;
+        P->s++;
+        skip_ws(P);
+        if (!parse_value(P, depth + 1))
+            return 0;
+        skip_ws(P);
+        if (P->s >= P->e)
+            return 0;
+        if (*P->s == ',') {
+            P->s++;
+            continue;
+        }
+        if (*P->s == '}') {
+            P->s++;
+            P->nkeys = base;
+            return 1;
+        }
+        return 0;
+    }
+}
+
+static int parse_array(parser_t *P, int depth) {
+    if (depth > MAX_DEPTH)
+        return 0;
+    P->s++;
+    skip_ws(P);
+    if (P->s < P->e && *P->s == ']') {
+        P->s++;
+        return 1;
+    }
+    for (;;) {
+        skip_ws(P);
+        if (!parse_value(P, depth + 1))
+            return 0;
+        skip_ws(P);
+        if (P->s >= P->e)
+            return 0;
+        if (*P->s == ',') {
+            P->s++;
+            continue;
+        }
+        if (*P->s == ']') {
+            P->s++;
+            return 1;
+        }
+        return 0;
+    }
+}
+
+static int parse_value(parser_t *P, int depth) {
+    if (P->s >= P->e)
+        return 0;
+    int escaped, is_int;
+    long long v;
+    switch (*P->s) {
+    case '{': return parse_object(P, depth);
+    case '[': return parse_array(P, depth);
+    case '"': return parse_string(P, &escaped);
+    case 't': return literal(P, "true", 4);
+    case 'f': return literal(P, "false", 5);
+    case 'n': return literal(P, "null", 4);
+    default: return parse_number(P, &is_int, &v);
+    }
+}
+
+static inline int key_is(const unsigned char *k, Py_ssize_t kn, const char *name, Py_ssize_t n) {
+    return kn == n && memcmp(k, name, (size_t)n) == 0;
+}
+
+/* The top-level object of one line: validates all of it, notes time, level, msg, message. */
+static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, const rules_t *R, scan_t *out) {
+    out->ok = 0;
+    if (len < 2 || data[0] != '{')
+        return;
+    P->s = data;
+    P->e = data + len;
+    P->nkeys = 0;
+    int escaped, is_int, have_time = 0, has_message = 0, any = 0;
+    long long v;
+    span_t msg = {NULL, 0};
+    out->level = 0;
+    out->level_str.n = 0;
+    P->s++;
+    skip_ws(P);
+    if (P->s < P->e && *P->s == '}')
+        return;  /* {}: nothing to splice onto; the fallback writes it */
+    for (;;) {
+        skip_ws(P);
+        if (P->s >= P->e || *P->s != '"')
+            return;
+        const unsigned char *k = P->s + 1;
+        if (!parse_string(P, &escaped) || escaped)
+            return;
+        Py_ssize_t kn = P->s - 1 - k;
+        for (int i = 0; i < P->nkeys; i++)
+            if (P->keys[i].n == kn && memcmp(P->keys[i].p, k, (size_t)kn) == 0)
+                return;
+        for (int i = 0; i < R->n; i++)
+            if (R->keys[i].n == kn && memcmp(R->keys[i].p, k, (size_t)kn) == 0)
+                return;
+        if (P->nkeys >= MAX_KEYS)
+            return;
+        P->keys[P->nkeys].p = k;
+        P->keys[P->nkeys].n = kn;
+        P->nkeys++;
+        any = 1;
+        skip_ws(P);
+        if (P->s >= P->e || *P->s != ':')
+            return;
+        P->s++;
+        skip_ws(P);
+        if (P->s >= P->e)
+            return;
+        const unsigned char *vs = P->s;
+        if (key_is(k, kn, "time", 4)) {
+            if (*vs == '-' || (*vs >= '0' && *vs <= '9')) {
+                if (!parse_number(P, &is_int, &v))
+                    return;
+                if (!is_int || v < R->ms_min || v >= R->ms_max)
+                    return;  /* seconds, a float, out of range: the fallback's time rules */
+                out->time_ms = v;
+                have_time = 1;
+            } else {
+                return;  /* bunyan's ISO text, null, ...: the fallback parses it */
+            }
+        } else if (key_is(k, kn, "level", 5)) {
+            if (*vs == '"') {
+                if (!parse_string(P, &escaped))
+                    return;
+                if (P->s - vs > 2) {
+                    out->level_str.p = vs;
+                    out->level_str.n = P->s - vs;
+                }
+            } else if (*vs == '-' || (*vs >= '0' && *vs <= '9')) {
+                if (!parse_number(P, &is_int, &v))
+                    return;
+                if (is_int && v >= 10 && v <= 60 && v % 10 == 0)
+                    out->level = (int)v;
+            } else if (!parse_value(P, 2)) {
+                return;
+            }
+        } else {
+            if (!parse_value(P, 2))
+                return;
+            if (key_is(k, kn, "msg", 3)) {
+                if (!(P->s - vs == 4 && memcmp(vs, "null", 4) == 0)) {
+                    msg.p = vs;
+                    msg.n = P->s - vs;
+                }
+            } else if (key_is(k, kn, "message", 7)) {
+                has_message = 1;
+            }
+        }
+        skip_ws(P);
+        if (P->s >= P->e)
+            return;
+        if (*P->s == ',') {
+            P->s++;
+            continue;
+        }
+        if (*P->s == '}') {
+            P->s++;
+            break;
+        }
+        return;
+    }
+    out->body_end = P->s - data;
+    skip_ws(P);
+    if (P->s != P->e || !any || !have_time)
+        return;
+    if (has_message)
+        msg.n = 0;
+    out->msg = msg;
+    out->ok = 1;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static inline char *put(char *w, const void *src, Py_ssize_t n) {
+    memcpy(w, src, (size_t)n);
+    return w + n;
+}
+
+static int fmt_uint(char *buf, long long v) {  /* v >= 0; returns the length */
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (int i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    return n;
+}
+
+static inline void two(char *w, int v) {
+    w[0] = (char)('0' + v / 10);
+    w[1] = (char)('0' + v % 10);
+}
+
+/* `"}}\n{"@timestamp":"YYYY-MM-DDTHH:MM:SS.mmmZ"`: 44 bytes; epoch ms >= 0 */
+#define TS_LEN 44
+static void fmt_ts(char *w, long long ms) {
+    long long sec = ms / 1000;
+    int milli = (int)(ms % 1000);
+    long long days = sec / 86400;
+    int rem = (int)(sec % 86400);
+    /* civil_from_days (H. Hinnant) */
+    long long z = days + 719468;
+    long long era = z / 146097;
+    long long doe = z - era * 146097;
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long y = yoe + era * 400;
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    long long mp = (5 * doy + 2) / 153;
+    int d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    int m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    if (m <= 2)
+        y++;
+    memcpy(w, "\"}}\n{\"@timestamp\":\"", 19);
+    w += 19;
+    int yy = (int)y;
+    w[0] = (char)('0' + yy / 1000);
+    w[1] = (char)('0' + yy / 100 % 10);
+    w[2] = (char)('0' + yy / 10 % 10);
+    w[3] = (char)('0' + yy % 10);
+    w[4] = '-';
+    two(w + 5, m);
+    w[7] = '-';
+    two(w + 8, d);
+    w[10] = 'T';
+    two(w + 11, rem / 3600);
+    w[13] = ':';
+    two(w + 14, rem / 60 % 60);
+    w[16] = ':';
+    two(w + 17, rem % 60);
+    w[19] = '.';
+    w[20] = (char)('0' + milli / 100);
+    w[21] = (char)('0' + milli / 10 % 10);
+    w[22] = (char)('0' + milli % 10);
+    w[23] = 'Z';
+    w[24] = '"';
+}
+
+static const char *LEVEL_TEXT[7] = {NULL, ",\"level\":\"trace\"}", ",\"level\":\"debug\"}", ",\"level\":\"info\"}",
+                                    ",\"level\":\"warn\"}", ",\"level\":\"error\"}", ",\"level\":\"fatal\"}"};
+static const char MSG_KEY[] = ",\"message\":";
+static const char LEVEL_KEY[] = ",\"level\":";
+
+static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *events, *out, *head, *prefix_for, *fallback, *reserved;
+    const char *inc, *mid, *tail;
+    Py_ssize_t inc_n, mid_n, tail_n;
+    long long ms_min, ms_max;
+    if (!PyArg_ParseTuple(args, "O!O!OOy#y#y#O!OLL", &PyList_Type, &events, &PyList_Type, &out, &head,
+                          &prefix_for, &inc, &inc_n, &mid, &mid_n, &tail, &tail_n, &PyTuple_Type, &reserved,
+                          &fallback, &ms_min, &ms_max))
+        return NULL;
+    if (head != Py_None && !PyBytes_Check(head)) {
+        PyErr_SetString(PyExc_TypeError, "head: bytes or None");
+        return NULL;
+    }
+    rules_t R;
+    R.ms_min = ms_min < 0 ? 0 : ms_min;
+    R.ms_max = ms_max;
+    R.n = (int)PyTuple_GET_SIZE(reserved);
+    if (R.n > MAX_RESERVED) {
+        PyErr_SetString(PyExc_ValueError, "too many reserved keys");
+        return NULL;
+    }
+    for (int i = 0; i < R.n; i++) {
+        PyObject *k = PyTuple_GET_ITEM(reserved, i);
+        if (!PyBytes_Check(k)) {
+            PyErr_SetString(PyExc_TypeError, "reserved: a tuple of bytes");
+            return NULL;
+        }
+        R.keys[i].p = (const unsigned char *)PyBytes_AS_STRING(k);
+        R.keys[i].n = PyBytes_GET_SIZE(k);
+    }
+
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    scan_t *scans = PyMem_Malloc(sizeof(scan_t) * (size_t)(n ? n : 1));
+    const unsigned char **datas = PyMem_Malloc(sizeof(*datas) * (size_t)(n ? n : 1));
+    Py_ssize_t *lens = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    parser_t *P = PyMem_Malloc(sizeof(parser_t));
+    if (!scans || !datas || !lens || !P) {
+        PyMem_Free(scans);
+        PyMem_Free(datas);
+        PyMem_Free(lens);
+        PyMem_Free(P);
+        return PyErr_NoMemory();
+    }
+    /* what needs the GIL: reading the tuples */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ev = PyList_GET_ITEM(events, i);
+        datas[i] = NULL;
+        if (!PyTuple_Check(ev) || PyTuple_GET_SIZE(ev) != 4)
+            continue;
+        PyObject *data = PyTuple_GET_ITEM(ev, 2), *flags = PyTuple_GET_ITEM(ev, 3);
+        if (!PyBytes_Check(data) || !PyLong_CheckExact(flags) || PyLong_AsLong(flags) != 0
+                || !PyLong_CheckExact(PyTuple_GET_ITEM(ev, 0)))
+            continue;
+        datas[i] = (const unsigned char *)PyBytes_AS_STRING(data);
+        lens[i] = PyBytes_GET_SIZE(data);
+    }
+    PyErr_Clear();
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (datas[i] == NULL)
+            scans[i].ok = 0;
+        else
+            scan_line(P, datas[i], lens[i], &R, &scans[i]);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(P);
+
+    long long total = 0, cached_sec = -1;
+    PyObject *cached_head = NULL;  /* owned */
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        PyObject *ev = PyList_GET_ITEM(events, i);
+        scan_t *S = &scans[i];
+        if (!S->ok) {
+            PyObject *r = PyObject_CallOneArg(fallback, ev);
+            if (r == NULL) {
+                failed = 1;
+                break;
+            }
+            long long got = PyLong_AsLongLong(r);
+            Py_DECREF(r);
+            if (got == -1 && PyErr_Occurred()) {
+                failed = 1;
+                break;
+            }
+            total += got;
+            continue;
+        }
+        PyObject *hd = head;
+        if (head == Py_None) {
+            long long sec = S->time_ms / 1000;
+            if (cached_head == NULL || sec != cached_sec) {
+                PyObject *r = PyObject_CallFunction(prefix_for, "L", sec);
+                if (r == NULL || !PyBytes_Check(r)) {
+                    if (r != NULL) {
+                        Py_DECREF(r);
+                        PyErr_SetString(PyExc_TypeError, "prefix_for must return bytes");
+                    }
+                    failed = 1;
+                    break;
+                }
+                Py_XDECREF(cached_head);
+                cached_head = r;
+                cached_sec = sec;
+            }
+            hd = cached_head;
+        }
+        long long start = PyLong_AsLongLong(PyTuple_GET_ITEM(ev, 0));
+        if (start < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "negative offset");
+            failed = 1;
+            break;
+        }
+        char sb[24];
+        int sb_n = fmt_uint(sb, start);
+        const char *lv;
+        Py_ssize_t lv_n;
+        if (S->level) {
+            lv = LEVEL_TEXT[S->level / 10];
+            lv_n = (Py_ssize_t)strlen(lv);
+        } else {
+            lv = "}";
+            lv_n = 1;
+        }
+        Py_ssize_t body_n = S->body_end - 1;  /* the line from after its '{' to its '}' */
+        Py_ssize_t size = PyBytes_GET_SIZE(hd) + inc_n + sb_n + TS_LEN + mid_n + sb_n + lv_n + tail_n + body_n + 1;
+        if (S->level_str.n)
+            size += (Py_ssize_t)(sizeof(LEVEL_KEY) - 1) + S->level_str.n + 1 - lv_n;
+        if (S->msg.n)
+            size += (Py_ssize_t)(sizeof(MSG_KEY) - 1) + S->msg.n;
+        PyObject *pair = PyBytes_FromStringAndSize(NULL, size);
+        if (pair == NULL) {
+            failed = 1;
+            break;
+        }
+        char *w = PyBytes_AS_STRING(pair);
+        w = put(w, PyBytes_AS_STRING(hd), PyBytes_GET_SIZE(hd));
+        w = put(w, inc, inc_n);
+        w = put(w, sb, sb_n);
+        fmt_ts(w, S->time_ms);
+        w += TS_LEN;
+        w = put(w, mid, mid_n);
+        w = put(w, sb, sb_n);
+        if (S->level_str.n) {
+            w = put(w, LEVEL_KEY, sizeof(LEVEL_KEY) - 1);
+            w = put(w, S->level_str.p, S->level_str.n);
+            *w++ = '}';
+        } else {
+            w = put(w, lv, lv_n);
+        }
+        if (S->msg.n) {
+            w = put(w, MSG_KEY, sizeof(MSG_KEY) - 1);
+            w = put(w, S->msg.p, S->msg.n);
+        }
+        w = put(w, tail, tail_n);
+        w = put(w, datas[i] + 1, body_n);
+        *w++ = '\n';
+        if (PyList_Append(out, pair) < 0) {
+            Py_DECREF(pair);
+            failed = 1;
+            break;
+        }
+        Py_DECREF(pair);
+        total += size;
+    }
+    Py_XDECREF(cached_head);
+    PyMem_Free(scans);
+    PyMem_Free(datas);
+    PyMem_Free(lens);
+    if (failed)
+        return NULL;
+    return PyLong_FromLongLong(total);
+}
+
+static PyMethodDef methods[] = {
+    {"splice", splice, METH_VARARGS, "Append the bulk pairs of a batch of events to a list (see the module)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "shipper.parse._splice",
+                                    "The JSON line -> bulk pair fast path of DocBuilder.", -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__splice(void) {
+    init_tables();
+    return PyModule_Create(&module);
+}

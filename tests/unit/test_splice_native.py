@@ -1,0 +1,167 @@
+"""The C fast path (`shipper/parse/_splice.c`) on its own: which lines it takes and which it hands
+to the Python path, in order, and that byte mutations of real lines never make it write a pair
+that differs from the re-serialised one (test_splice.py compares whole corpora on both paths)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shipper.config import InputConfig
+from shipper.parse import document
+from shipper.parse.document import _FAST_MS_MAX, _FAST_MS_MIN, DocBuilder
+
+splice = document.native_splice
+pytestmark = pytest.mark.skipif(splice is None, reason="never: test_splice.py fails first when it is not built")
+
+HEAD = b'{"create":{"_index":"x","_id":"'
+MID = b',"host":{"name":"h"},"log":{"file":{"path":"/p"},"offset":'
+RESERVED = (b"@timestamp", b"log", b"host")
+PINO = b'{"level":30,"time":1790000000123,"pid":7,"hostname":"h","msg":"hello","seq":1}'
+
+
+def run(lines: list[bytes], *, head: bytes | None = HEAD, tail: bytes = b",",
+        reserved: tuple[bytes, ...] = RESERVED, flags: int = 0) -> tuple[list[bytes], list[int]]:
+    """The pairs written and the indices of the events handed to the fallback."""
+    out: list[bytes] = []
+    handed: list[int] = []
+    events = [(i * 100, i * 100 + len(ln) + 1, ln, flags) for i, ln in enumerate(lines)]
+
+    def fallback(ev: tuple[int, int, bytes, int]) -> int:
+        handed.append(ev[0] // 100)
+        out.append(b"<fallback %d>" % (ev[0] // 100))
+        return len(out[-1])
+
+    def prefix_for(sec: int) -> bytes:
+        return b'{"create":{"_index":"s%d","_id":"' % sec
+
+    n = splice(events, out, head, prefix_for, b"inc-", MID, tail, reserved, fallback, _FAST_MS_MIN, _FAST_MS_MAX)
+    assert n == sum(map(len, out))
+    return out, handed
+
+
+def test_a_pino_line_is_passed_through_after_the_added_fields() -> None:
+    out, handed = run([PINO])
+    assert handed == []
+    assert out == [HEAD + b'inc-0"}}\n{"@timestamp":"2026-09-21T14:13:20.123Z"' + MID + b'0,"level":"info"}'
+                   b',"message":"hello",' + PINO[1:] + b"\n"]
+
+
+@pytest.mark.parametrize("line", [
+    b'{"time":1790000000123}', b'{"time":1790000000123,"level":"warn","msg":{"a":1}}',
+    b'{"time":1790000000123,"msg":null,"level":35}', b'{ "time" : 1790000000123 }  \r',
+    '{"time":1790000000123,"msg":"日本 \U0001f600"}'.encode(), b'{"time":1790000000123,"a":{"a":{"a":[]}}}',
+])
+def test_valid_lines_with_a_pino_time_are_taken(line: bytes) -> None:
+    out, handed = run([line])
+    assert handed == []
+    action, doc, end = out[0].split(b"\n")
+    assert end == b"" and orjson.loads(action) and orjson.loads(doc)["time"] == 1790000000123
+
+
+@pytest.mark.parametrize("line", [
+    b'{"msg":"no time"}', b'{"time":"2026-09-21T14:13:20Z"}', b'{"time":1790000000}', b'{"time":1.79e12}',
+    b'{"time":1790000000123.5}', b'{"time":1790000000123,"log":{}}', b'{"time":1790000000123,"host":"h"}',
+    b'{"@timestamp":"x","time":1790000000123}', b'{"time":1790000000123,"time":1790000000124}',
+    b'{"m\\u0073g":"x","time":1790000000123}', b'{"time":1790000000123,"a":"\\ud83d\\ude00"}',
+    b' {"time":1790000000123}', b'{"time":1790000000123}x', b'{"time":1790000000123,\n"a":1}',
+    b'{"time":1790000000123,"a":"\xff"}', b'{"time":1790000000123,"a":1e3}', b'{}', b'[1]', b'text', b'',
+])
+def test_everything_else_is_handed_to_the_python_path(line: bytes) -> None:
+    out, handed = run([line])
+    assert handed == [0] and out == [b"<fallback 0>"]
+
+
+def test_order_is_kept_when_lines_are_handed_over() -> None:
+    lines = [PINO, b"text", PINO, b'{"msg":"no time"}', PINO]
+    out, handed = run(lines)
+    assert handed == [1, 3]
+    assert [p.startswith(b"<fallback") for p in out] == [False, True, False, True, False]
+
+
+def test_flagged_events_are_handed_over() -> None:
+    assert run([PINO], flags=1)[1] == [0]
+
+
+def test_the_input_fields_keys_are_reserved_and_the_tail_is_written() -> None:
+    out, handed = run([PINO, b'{"env":"line","time":1790000000123}'], tail=b',"env":"prod",',
+                      reserved=RESERVED + (b"env",))
+    assert handed == [1]
+    assert orjson.loads(out[0].split(b"\n")[1])["env"] == "prod"
+
+
+def test_an_index_named_by_time_asks_for_the_action_once_per_second() -> None:
+    calls: list[int] = []
+
+    def prefix_for(sec: int) -> bytes:
+        calls.append(sec)
+        return b'{"create":{"_index":"s%d","_id":"' % sec
+
+    lines = [b'{"time":%d}' % ms for ms in (1790000000001, 1790000000999, 1790000001000, 1790000001500)]
+    out: list[bytes] = []
+    splice([(0, 1, ln, 0) for ln in lines], out, None, prefix_for, b"i-", MID, b",", RESERVED,
+           lambda ev: 0, _FAST_MS_MIN, _FAST_MS_MAX)
+    assert calls == [1790000000, 1790000001]
+    assert [p.split(b'"')[5] for p in out] == [b"s1790000000"] * 2 + [b"s1790000001"] * 2
+
+
+def test_errors_from_python_propagate() -> None:
+    def boom(ev: Any) -> int:
+        raise TypeError("from the fallback")
+
+    with pytest.raises(TypeError, match="from the fallback"):
+        splice([(0, 1, b"text", 0)], [], HEAD, None, b"i-", MID, b",", RESERVED, boom, _FAST_MS_MIN, _FAST_MS_MAX)
+    with pytest.raises(TypeError, match="prefix_for"):
+        splice([(0, 1, PINO, 0)], [], None, lambda s: "str", b"i-", MID, b",", RESERVED, boom,
+               _FAST_MS_MIN, _FAST_MS_MAX)
+
+
+# ---------------------------------------------------------------- mutations of real lines
+
+_LINES = [PINO,
+          b'{"level":50,"time":1790000000999,"msg":"boom","err":{"type":"Error","stack":"E: x\\n at f"},"a":[1,2.5,-3]}',
+          '{"level":"warn","time":1790000000001,"msg":"grüße 日本","ok":true,"n":null}'.encode()]
+
+
+def _builder() -> DocBuilder:
+    return DocBuilder(InputConfig(paths=("/x/*.log",), index="app"), "logs", "h")
+
+
+@settings(max_examples=1500, deadline=None)
+@given(which=st.integers(0, len(_LINES) - 1), edits=st.lists(
+    st.tuples(st.sampled_from(["set", "insert", "delete"]), st.integers(0, 10_000), st.binary(min_size=1, max_size=1)),
+    min_size=1, max_size=3))
+def test_mutated_lines_give_the_reserialised_document(which: int, edits: list[tuple[str, int, bytes]]) -> None:
+    line = bytearray(_LINES[which])
+    for op, pos, byte in edits:
+        i = pos % (len(line) + 1)
+        if op == "insert":
+            line[i:i] = byte
+        elif line and i < len(line):
+            if op == "set":
+                line[i:i + 1] = byte
+            else:
+                del line[i]
+    data = bytes(line)
+    b = _builder()
+    fast: list[bytes] = []
+    slow: list[bytes] = []
+    b.build("inc", "/x/a.log", [(0, len(data) + 1, data, 0)], 1_790_000_000.0, fast)
+    b.build_reserialised("inc", "/x/a.log", [(0, len(data) + 1, data, 0)], 1_790_000_000.0, slow)
+    assert len(fast) == len(slow) == 1
+    fa, fd, fe = fast[0].split(b"\n")
+    sa, sd, _ = slow[0].split(b"\n")
+    assert fe == b"" and fa == sa
+    assert orjson.loads(fd) == orjson.loads(sd), (data, fd, sd)
+    assert json.loads(fd.decode("utf-8"), object_pairs_hook=_unique_keys) == orjson.loads(sd)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"duplicate keys {keys}"
+    return dict(pairs)
