@@ -20,7 +20,7 @@ from shipper.parse.document import DocBuilder
 
 
 @pytest.fixture(autouse=True, params=["native", "python"])
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def build_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test twice: with the C fast path (`_splice.c`, which must be built) and without it."""
     if request.param == "native":
         assert document.native_splice is not None, "shipper/parse/_splice.c is not built: pip install -e . (needs gcc)"
