@@ -5,7 +5,7 @@
  * duplicate key at any depth, none of the keys enrichment adds (`@timestamp`, `log`, `host`, the
  * input's fields) and an integer epoch-ms `time`, its bytes are passed through unchanged: the
  * added fields are written in front, the line's own bytes after them. Everything else (flags,
- * text, escapes in keys, numbers past 18 digits or with an exponent, surrogate escapes, nesting
+ * text, escapes in keys, integers past 64 bits, floats near overflow, surrogate escapes, nesting
  * past 64, a newline from a multiline join, no `time`, ...) goes to `fallback`, the Python path,
  * so whatever this file accepts is a subset of what orjson accepts, with the same meaning; the
  * Python path stays the reference (tests/unit/test_splice.py holds both to the re-serialised
@@ -34,7 +34,6 @@
 
 #define MAX_DEPTH 64
 #define MAX_KEYS 1024          /* keys of all the objects open at once */
-#define MAX_NUM_DIGITS 18      /* past this orjson may give a float for an integer: fallback */
 #define MAX_RESERVED 64
 
 typedef struct {
@@ -155,11 +154,14 @@ static int parse_string(parser_t *P, int *escaped) {
     }
 }
 
-/* A number at P->s. *is_int and *value describe an integer of at most 18 digits. */
+/* A number at P->s that orjson reads with the same meaning: an integer within int64/uint64
+ * (orjson turns larger ones into floats), or a float far from overflowing a double (orjson
+ * refuses infinity). *is_int and *value describe integers within long long; larger ones get
+ * *is_int = 0, which only means "not a pino time or level" to the callers. */
 static int parse_number(parser_t *P, int *is_int, long long *value) {
     const unsigned char *s = P->s, *e = P->e;
-    int neg = 0, digits = 0;
-    long long v = 0;
+    int neg = 0, int_digits = 0, has_frac = 0, overflow = 0;
+    uint64_t v = 0;
     if (s < e && *s == '-') {
         neg = 1;
         s++;
@@ -168,32 +170,58 @@ static int parse_number(parser_t *P, int *is_int, long long *value) {
         return 0;
     if (*s == '0') {
         s++;
-        digits = 1;
     } else if (*s >= '1' && *s <= '9') {
         while (s < e && *s >= '0' && *s <= '9') {
-            if (++digits > MAX_NUM_DIGITS)
-                return 0;
-            v = v * 10 + (*s - '0');
+            unsigned d = (unsigned)(*s - '0');
+            if (v > (UINT64_MAX - d) / 10)
+                overflow = 1;
+            else
+                v = v * 10 + d;
+            int_digits++;
             s++;
         }
     } else {
         return 0;
     }
-    *is_int = 1;
     if (s < e && *s == '.') {
-        *is_int = 0;
+        has_frac = 1;
         s++;
         if (s >= e || *s < '0' || *s > '9')
             return 0;
-        while (s < e && *s >= '0' && *s <= '9') {
-            if (++digits > MAX_NUM_DIGITS)
-                return 0;
+        while (s < e && *s >= '0' && *s <= '9')
+            s++;
+    }
+    long exp10 = 0;
+    int has_exp = 0;
+    if (s < e && (*s == 'e' || *s == 'E')) {
+        has_exp = 1;
+        s++;
+        int eneg = 0, edigits = 0;
+        if (s < e && (*s == '+' || *s == '-')) {
+            eneg = *s == '-';
             s++;
         }
+        if (s >= e || *s < '0' || *s > '9')
+            return 0;
+        while (s < e && *s >= '0' && *s <= '9') {
+            if (++edigits > 4)
+                return 0;  /* an exponent past 9999: the fallback decides */
+            exp10 = exp10 * 10 + (*s - '0');
+            s++;
+        }
+        if (eneg)
+            exp10 = -exp10;
     }
-    if (s < e && (*s == 'e' || *s == 'E'))
-        return 0;  /* 1e400 is an error to orjson: the fallback decides */
-    *value = neg ? -v : v;
+    if (has_frac || has_exp) {
+        if (int_digits + exp10 > 300)
+            return 0;  /* near or past DBL_MAX: orjson may refuse it as infinity */
+        *is_int = 0;
+    } else {
+        if (overflow || (neg && v > (uint64_t)INT64_MAX + 1))
+            return 0;  /* past int64/uint64: orjson reads a float */
+        *is_int = v <= (uint64_t)INT64_MAX;
+        *value = *is_int ? (neg ? -(long long)v : (long long)v) : 0;
+    }
     P->s = s;
     return 1;
 }

@@ -55,6 +55,8 @@ def test_a_pino_line_is_passed_through_after_the_added_fields() -> None:
 @pytest.mark.parametrize("line", [
     b'{"time":1790000000123}', b'{"time":1790000000123,"level":"warn","msg":{"a":1}}',
     b'{"time":1790000000123,"msg":null,"level":35}', b'{ "time" : 1790000000123 }  \r',
+    b'{"time":1790000000123,"a":1e3,"b":-2.5E-7,"c":18446744073709551615}',
+    b'{"time":1790000000123,"wt":1790000000123456789,"i":-9223372036854775808}',
     '{"time":1790000000123,"msg":"日本 \U0001f600"}'.encode(), b'{"time":1790000000123,"a":{"a":{"a":[]}}}',
 ])
 def test_valid_lines_with_a_pino_time_are_taken(line: bytes) -> None:
@@ -70,7 +72,9 @@ def test_valid_lines_with_a_pino_time_are_taken(line: bytes) -> None:
     b'{"@timestamp":"x","time":1790000000123}', b'{"time":1790000000123,"time":1790000000124}',
     b'{"m\\u0073g":"x","time":1790000000123}', b'{"time":1790000000123,"a":"\\ud83d\\ude00"}',
     b' {"time":1790000000123}', b'{"time":1790000000123}x', b'{"time":1790000000123,\n"a":1}',
-    b'{"time":1790000000123,"a":"\xff"}', b'{"time":1790000000123,"a":1e3}', b'{}', b'[1]', b'text', b'',
+    b'{"time":1790000000123,"a":"\xff"}', b'{"time":1790000000123,"a":1.8e308}', b'{"time":1790000000123,"a":1e99999}',
+    b'{"time":1790000000123,"a":18446744073709551616}', b'{"time":1790000000123,"a":-9223372036854775809}',
+    b'{}', b'[1]', b'text', b'',
 ])
 def test_everything_else_is_handed_to_the_python_path(line: bytes) -> None:
     out, handed = run([line])
