@@ -286,7 +286,7 @@ def system_command(system: str, tmp: str, input_path: str, url: str,
     py = args.python
     if system == "naive":
         return [py, os.path.join(BENCH_DIR, "naive.py"), input_path, url, "--batch", "1000"], False
-    if system == "shipper":
+    if system in ("shipper", "shipper-py"):
         cfg = shipper_config(tmp, input_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
                              log_level=args.log_level)
@@ -294,6 +294,8 @@ def system_command(system: str, tmp: str, input_path: str, url: str,
             prof = os.path.join(OUT_DIR, "shipper.prof")
             return [py, "-m", "cProfile", "-o", prof, "-m", "shipper", "run", "-c", cfg], False
         cmd = [py, "-m", "shipper", "run", "-c", cfg]
+        if system == "shipper-py":     # the same daemon without its C fast path for JSON lines
+            cmd = ["env", "SHIPPER_PURE_PYTHON=1", *cmd]
         if args.profile:
             pyspy = shutil.which("py-spy", path=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
             if pyspy is None:
@@ -306,7 +308,7 @@ def system_command(system: str, tmp: str, input_path: str, url: str,
             svg = os.path.join(OUT_DIR, "shipper.svg")
             return [pyspy, "record", "-o", svg, "--subprocesses", "--", *cmd], True
         return cmd, False
-    raise SystemExit(f"unknown system {system!r} (known: naive, shipper)")
+    raise SystemExit(f"unknown system {system!r} (known: naive, shipper, shipper-py)")
 
 
 def _tail(path: str, lines: int = 30) -> str:

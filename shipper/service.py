@@ -21,7 +21,7 @@ from shipper.config import Config, load_config
 from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
-from shipper.parse.document import native_splice
+from shipper.parse import document
 from shipper.pipeline import Pipeline
 from shipper.spool import AsyncSpool, Spool
 
@@ -117,10 +117,11 @@ class Service:
         self._ready = True
         self.events.info("pipeline ready", inputs=len(self.cfg.inputs), queue_events=self.pipeline.queue_events,
                          hosts=list(self.pipeline.client.hosts[i].label for i in range(len(self.pipeline.client.hosts))),
-                         json_fast_path=native_splice is not None)
-        if native_splice is None:
-            log.warning("installed without the C fast path for JSON lines (no compiler at install?): "
-                        "the same documents at about twice the CPU; reinstall with gcc and the Python headers")
+                         json_fast_path=document.native_splice is not None)
+        if document.native_splice is None:
+            log.warning("JSON lines take the pure-Python path: the same documents at about twice the CPU; "
+                        + ("SHIPPER_PURE_PYTHON is set" if document.PURE_PYTHON else
+                           "installed without its C fast path (no compiler?): reinstall with gcc and the Python headers"))
         sdnotify.ready()
 
     def _start_pipeline_tasks(self) -> None:

@@ -7,6 +7,7 @@ Bad input is flagged in `log.flags`, never raised. The `_id` is `<incarnation>-<
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -17,10 +18,15 @@ from shipper.model import FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
 from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
-try:        # the C fast path (shipper/parse/_splice.c); without a compiler the install has none
-    from shipper.parse._splice import splice as native_splice
-except ImportError:   # pragma: no cover - the pure-Python path below is the reference
-    native_splice = None
+# The C fast path (shipper/parse/_splice.c). Without a compiler the install has none; with
+# SHIPPER_PURE_PYTHON=1 in the environment it is not used (to rule it out, or to compare).
+PURE_PYTHON = os.environ.get("SHIPPER_PURE_PYTHON", "") not in ("", "0")
+native_splice: Any = None
+if not PURE_PYTHON:
+    try:
+        from shipper.parse._splice import splice as native_splice
+    except ImportError:   # pragma: no cover - the pure-Python path below is the reference
+        pass
 
 LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
 _LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`

@@ -6,6 +6,7 @@ lines, several input configurations and random JSON. Every test runs on both pat
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import orjson
@@ -22,11 +23,24 @@ from shipper.parse.document import DocBuilder
 @pytest.fixture(autouse=True, params=["native", "python"])
 def build_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test twice: with the C fast path (`_splice.c`, which must be built) and without it."""
+    splice = None
     if request.param == "native":
-        assert document.native_splice is not None, "shipper/parse/_splice.c is not built: pip install -e . (needs gcc)"
-    else:
-        monkeypatch.setattr(document, "native_splice", None)
+        try:
+            from shipper.parse._splice import splice
+        except ImportError:
+            pytest.fail("shipper/parse/_splice.c is not built: pip install -e . (needs gcc and the Python headers)")
+    monkeypatch.setattr(document, "native_splice", splice)
     return str(request.param)
+
+
+def test_shipper_pure_python_turns_the_c_path_off() -> None:
+    import subprocess
+    import sys
+    code = "from shipper.parse import document as d; print(d.PURE_PYTHON, d.native_splice is None)"
+    for value, expected in (("1", "True True"), ("0", "False False"), ("", "False False")):
+        env = {k: v for k, v in os.environ.items() if k != "SHIPPER_PURE_PYTHON"} | {"SHIPPER_PURE_PYTHON": value}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert done.stdout.split() == expected.split(), done.stderr
 
 NOW = 1_790_000_000.25
 PATH = "/var/log/app/ünïcode \"quoted\" path.log"
