@@ -173,3 +173,35 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [k for k, _ in pairs]
     assert len(keys) == len(set(keys)), f"duplicate keys {keys}"
     return dict(pairs)
+
+
+def test_every_position_of_a_special_byte_in_a_string() -> None:
+    """The string scan looks at 16 bytes at a time: a quote, backslash, control or non-ASCII byte
+    at any position of strings around that width is seen exactly as the Python path sees it."""
+    specials = [b'\\"', b"\\\\", b"\\u00e9", b"\x01", b"\t", b"\x7f", b"\xc3\xa9", b"\xe6\x97\xa5", b"\xff", b"\xc3", b'"']
+    lines = []
+    for n in range(0, 40):
+        for pos in range(n + 1):
+            for sp in specials:
+                lines.append(b'{"time":1790000000123,"a":"' + b"x" * pos + sp + b"y" * (n - pos) + b'","b":1}')
+    events = [(i * 100, i * 100 + 1, ln, 0) for i, ln in enumerate(lines)]
+    b = _builder()
+    fast: list[bytes] = []
+    slow: list[bytes] = []
+    b.build("inc", "/x/a.log", events, 1_790_000_000.0, fast)
+    b.build_reserialised("inc", "/x/a.log", events, 1_790_000_000.0, slow)
+    assert len(fast) == len(slow) == len(lines)
+    for f, s in zip(fast, slow):
+        fa, fd, fe = f.split(b"\n")
+        sa, sd, _ = s.split(b"\n")
+        assert fe == b"" and fa == sa
+        assert orjson.loads(fd) == orjson.loads(sd), (fd, sd)
+    # and the C scan takes exactly the lines orjson reads
+    _, handed = run(lines)
+    refused = []
+    for i, ln in enumerate(lines):
+        try:
+            orjson.loads(ln)
+        except orjson.JSONDecodeError:
+            refused.append(i)
+    assert handed == refused and 0 < len(refused) < len(lines)
