@@ -257,82 +257,89 @@ static int literal(parser_t *P, const char *word, Py_ssize_t n) {
     return 1;
 }
 
+/* A member's key at P->s and the ':' after it. The key is unescaped (an escaped key may equal
+ * another spelled plainly: the fallback's) and none of keys[base..] (a duplicate: Elasticsearch
+ * refuses it, orjson keeps the last); it is pushed onto keys. Leaves P->s on the value. */
+static int take_key(parser_t *P, int base, const unsigned char **key, Py_ssize_t *key_n) {
+    int escaped;
+    skip_ws(P);
+    if (P->s >= P->e || *P->s != '"')
+        return 0;
+    const unsigned char *k = P->s + 1;
+    if (!parse_string(P, &escaped) || escaped)
+        return 0;
+    Py_ssize_t kn = P->s - 1 - k;
+    for (int i = base; i < P->nkeys; i++)
+        if (P->keys[i].n == kn && (kn == 0 || P->keys[i].p[0] == k[0]) && memcmp(P->keys[i].p, k, (size_t)kn) == 0)
+            return 0;
+    if (P->nkeys >= MAX_KEYS)
+        return 0;
+    P->keys[P->nkeys].p = k;
+    P->keys[P->nkeys].n = kn;
+    P->nkeys++;
+    skip_ws(P);
+    if (P->s >= P->e || *P->s != ':')
+        return 0;
+    P->s++;
+    skip_ws(P);
+    *key = k;
+    *key_n = kn;
+    return 1;
+}
+
+/* After a member or element: 1 on ',' (another follows), 2 on `close` (consumed), 0 otherwise. */
+static int after_item(parser_t *P, unsigned char close) {
+    skip_ws(P);
+    if (P->s >= P->e)
+        return 0;
+    if (*P->s == ',') {
+        P->s++;
+        return 1;
+    }
+    if (*P->s == close) {
+        P->s++;
+        return 2;
+    }
+    return 0;
+}
+
 /* An object at P->s (on its '{'); keys are checked for duplicates. */
 static int parse_object(parser_t *P, int depth) {
     if (depth > MAX_DEPTH)
         return 0;
-    int base = P->nkeys, escaped;
+    int base = P->nkeys, more;
+    const unsigned char *k;
+    Py_ssize_t kn;
     P->s++;
     skip_ws(P);
     if (P->s < P->e && *P->s == '}') {
         P->s++;
         return 1;
     }
-    for (;;) {
-        skip_ws(P);
-        if (P->s >= P->e || *P->s != '"')
+    do {
+        if (!take_key(P, base, &k, &kn) || !parse_value(P, depth + 1))
             return 0;
-        const unsigned char *k = P->s + 1;
-        if (!parse_string(P, &escaped) || escaped)
-            return 0;  /* an escaped key may equal another spelled plainly: fallback */
-        Py_ssize_t kn = P->s - 1 - k;
-        for (int i = base; i < P->nkeys; i++)
-            if (P->keys[i].n == kn && (kn == 0 || P->keys[i].p[0] == k[0]) && memcmp(P->keys[i].p, k, (size_t)kn) == 0)
-                return 0;  /* a duplicate key: Elasticsearch refuses it, orjson keeps the last */
-        if (P->nkeys >= MAX_KEYS)
-            return 0;
-        P->keys[P->nkeys].p = k;
-        P->keys[P->nkeys].n = kn;
-        P->nkeys++;
-        skip_ws(P);
-        if (P->s >= P->e || *P->s != ':')
-            return 0;
-        P->s++;
-        skip_ws(P);
-        if (!parse_value(P, depth + 1))
-            return 0;
-        skip_ws(P);
-        if (P->s >= P->e)
-            return 0;
-        if (*P->s == ',') {
-            P->s++;
-            continue;
-        }
-        if (*P->s == '}') {
-            P->s++;
-            P->nkeys = base;
-            return 1;
-        }
-        return 0;
-    }
+    } while ((more = after_item(P, '}')) == 1);
+    P->nkeys = base;
+    return more == 2;
 }
 
 static int parse_array(parser_t *P, int depth) {
     if (depth > MAX_DEPTH)
         return 0;
+    int more;
     P->s++;
     skip_ws(P);
     if (P->s < P->e && *P->s == ']') {
         P->s++;
         return 1;
     }
-    for (;;) {
+    do {
         skip_ws(P);
         if (!parse_value(P, depth + 1))
             return 0;
-        skip_ws(P);
-        if (P->s >= P->e)
-            return 0;
-        if (*P->s == ',') {
-            P->s++;
-            continue;
-        }
-        if (*P->s == ']') {
-            P->s++;
-            return 1;
-        }
-        return 0;
-    }
+    } while ((more = after_item(P, ']')) == 1);
+    return more == 2;
 }
 
 static int parse_value(parser_t *P, int depth) {
@@ -363,8 +370,10 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
     P->s = data;
     P->e = data + len;
     P->nkeys = 0;
-    int escaped, is_int, have_time = 0, has_message = 0, any = 0;
+    int escaped, is_int, more, have_time = 0, has_message = 0;
     long long v;
+    const unsigned char *k;
+    Py_ssize_t kn;
     span_t msg = {NULL, 0};
     out->level = 0;
     out->level_str.n = 0;
@@ -372,33 +381,12 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
     skip_ws(P);
     if (P->s < P->e && *P->s == '}')
         return;  /* {}: nothing to splice onto; the fallback writes it */
-    for (;;) {
-        skip_ws(P);
-        if (P->s >= P->e || *P->s != '"')
+    do {
+        if (!take_key(P, 0, &k, &kn) || P->s >= P->e)
             return;
-        const unsigned char *k = P->s + 1;
-        if (!parse_string(P, &escaped) || escaped)
-            return;
-        Py_ssize_t kn = P->s - 1 - k;
-        for (int i = 0; i < P->nkeys; i++)
-            if (P->keys[i].n == kn && (kn == 0 || P->keys[i].p[0] == k[0]) && memcmp(P->keys[i].p, k, (size_t)kn) == 0)
-                return;
         for (int i = 0; i < R->n; i++)
             if (R->keys[i].n == kn && (kn == 0 || R->keys[i].p[0] == k[0]) && memcmp(R->keys[i].p, k, (size_t)kn) == 0)
-                return;
-        if (P->nkeys >= MAX_KEYS)
-            return;
-        P->keys[P->nkeys].p = k;
-        P->keys[P->nkeys].n = kn;
-        P->nkeys++;
-        any = 1;
-        skip_ws(P);
-        if (P->s >= P->e || *P->s != ':')
-            return;
-        P->s++;
-        skip_ws(P);
-        if (P->s >= P->e)
-            return;
+                return;  /* a key shipper adds (or one of the input's fields): the fallback merges */
         const unsigned char *vs = P->s;
         if (key_is(k, kn, "time", 4)) {
             if (*vs == '-' || (*vs >= '0' && *vs <= '9')) {
@@ -439,22 +427,12 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
                 has_message = 1;
             }
         }
-        skip_ws(P);
-        if (P->s >= P->e)
-            return;
-        if (*P->s == ',') {
-            P->s++;
-            continue;
-        }
-        if (*P->s == '}') {
-            P->s++;
-            break;
-        }
+    } while ((more = after_item(P, '}')) == 1);
+    if (more != 2)
         return;
-    }
     out->body_end = P->s - data;
     skip_ws(P);
-    if (P->s != P->e || !any || !have_time)
+    if (P->s != P->e || !have_time)
         return;
     if (has_message)
         msg.n = 0;
