@@ -31,7 +31,7 @@ RUN groupadd --system --gid 999 shipper \
  && chmod 0750 /var/lib/shipper
 
 # .dockerignore admits only what the build needs (pyproject.toml, README.md, shipper/, config/).
-# gcc compiles the C fast path for JSON lines (shipper/parse/_splice.c; the image has the Python
+# gcc compiles the C fast path for JSON lines (shipper/_native.c; the image has the Python
 # headers) and is removed in the same layer; the import fails the build if it was not compiled.
 # Unpinned apt packages: the compiler of the base image's Debian release, whatever its patch level.
 COPY . /tmp/shipper-src
@@ -39,7 +39,7 @@ COPY . /tmp/shipper-src
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && pip install --no-cache-dir /tmp/shipper-src \
- && python -c "import shipper.parse._splice" \
+ && python -c "import shipper._native" \
  && apt-get purge -y --auto-remove gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/* \
  && install -m 0644 /tmp/shipper-src/config/logsene.yaml /etc/shipper/shipper.yaml \

@@ -15,13 +15,12 @@ from typing import Any
 
 import orjson
 
-from shipper import sdnotify
+from shipper import native, sdnotify
 from shipper.clock import Clock, SystemClock
 from shipper.config import Config, load_config
 from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
-from shipper.parse import document
 from shipper.pipeline import Pipeline
 from shipper.spool import AsyncSpool, Spool
 
@@ -117,11 +116,11 @@ class Service:
         self._ready = True
         self.events.info("pipeline ready", inputs=len(self.cfg.inputs), queue_events=self.pipeline.queue_events,
                          hosts=list(self.pipeline.client.hosts[i].label for i in range(len(self.pipeline.client.hosts))),
-                         json_fast_path=document.native_splice is not None)
-        if document.native_splice is None:
-            log.warning("JSON lines take the pure-Python path: the same documents at about twice the CPU; "
-                        + ("SHIPPER_PURE_PYTHON is set" if document.PURE_PYTHON else
-                           "installed without its C fast path (no compiler?): reinstall with gcc and the Python headers"))
+                         c_fast_paths=native.splice is not None)
+        if native.splice is None:
+            log.warning("running without the C fast paths: the same documents at about twice the CPU; "
+                        + ("SHIPPER_PURE_PYTHON is set" if native.PURE_PYTHON else
+                           "installed without them (no compiler?): reinstall with gcc and the Python headers"))
         sdnotify.ready()
 
     def _start_pipeline_tasks(self) -> None:

@@ -7,7 +7,6 @@ Bad input is flagged in `log.flags`, never raised. The `_id` is `<incarnation>-<
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -18,15 +17,9 @@ from shipper.model import FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
 from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
-# The C fast path (shipper/parse/_splice.c). Without a compiler the install has none; with
-# SHIPPER_PURE_PYTHON=1 in the environment it is not used (to rule it out, or to compare).
-PURE_PYTHON = os.environ.get("SHIPPER_PURE_PYTHON", "") not in ("", "0")
-native_splice: Any = None
-if not PURE_PYTHON:
-    try:
-        from shipper.parse._splice import splice as native_splice
-    except ImportError:   # pragma: no cover - the pure-Python path below is the reference
-        pass
+from shipper import native
+
+native_splice = native.splice      # the C fast path, or None (shipper/native.py)
 
 LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
 _LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`
@@ -349,7 +342,7 @@ class DocBuilder:
 
     def _build_native(self, incarnation: str, path: str, events: list[Line], now: float,
                       out: list[bytes]) -> int:
-        """`_build` in C (`_splice.c`): a valid pino line is passed through as it is, after the
+        """`_build` in C (`_native.c`): a valid pino line is passed through as it is, after the
         added fields; every line it does not take is handed, in order, to the Python loop."""
         py = self._build_static if self._static_prefix is not None else self._build_general
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from shipper.model import FLAG_TRUNCATED, Line
 
+from shipper import native
+
+native_split_lines = native.split_lines   # the loop over complete lines in C, or None (shipper/native.py)
+
 
 class LineSplitter:
     """Feeds chunks read sequentially from `start_offset` and returns the complete lines.
@@ -22,11 +26,12 @@ class LineSplitter:
     line's start, so a restart re-emits the same cut line with the same offset (and the same _id).
     """
 
-    __slots__ = ("offset", "max_line_bytes", "_carry", "_skipping", "_skip_pos")
+    __slots__ = ("offset", "max_line_bytes", "native", "_carry", "_skipping", "_skip_pos")
 
     def __init__(self, start_offset: int, max_line_bytes: int) -> None:
         self.offset = start_offset
         self.max_line_bytes = max_line_bytes
+        self.native = native_split_lines      # None: the loop below (tests run both)
         self._carry = b""
         self._skipping = False   # inside an over-long line already emitted
         self._skip_pos = 0       # while skipping: the read position
@@ -55,6 +60,10 @@ class LineSplitter:
             chunk = chunk[nl + 1:]
             self._skipping = False
         pos = self.offset
+        if self.native is not None:
+            out, pos, t = self.native(chunk, self._carry, pos, limit, FLAG_TRUNCATED)
+            tail = chunk[t:] if t else self._carry + chunk
+            return self._keep_tail(out, pos, tail)
         parts = chunk.split(b"\n")
         if self._carry:
             parts[0] = self._carry + parts[0]     # not carry + chunk: that copies the whole chunk again
@@ -82,6 +91,11 @@ class LineSplitter:
                 append((start, pos, part[:limit], FLAG_TRUNCATED))
             else:
                 append((start, pos, part, 0))
+        return self._keep_tail(out, pos, tail)
+
+    def _keep_tail(self, out: list[Line], pos: int, tail: bytes) -> list[Line]:
+        """After the complete lines up to `pos`: hold the unterminated `tail`, or emit it cut."""
+        limit = self.max_line_bytes
         if tail[:1] == b"\x00":
             # head NULs of the next line: consumed now, so a hole of any size costs no memory
             stripped = tail.lstrip(b"\x00")
@@ -91,7 +105,7 @@ class LineSplitter:
         n = len(tail)
         # over the limit for sure: more than limit + 1 bytes, or limit + 1 without a \r that a \n could follow
         if n > limit and (n > limit + 1 or tail[-1] != 13):
-            append((pos, pos, tail[:limit], FLAG_TRUNCATED))
+            out.append((pos, pos, tail[:limit], FLAG_TRUNCATED))
             self._skipping = True
             self._skip_pos = pos + n
             self._carry = b""

@@ -9,8 +9,24 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pytest
+
 from shipper.model import FLAG_TRUNCATED
+from shipper.tail import lines as lines_mod
 from shipper.tail.lines import LineSplitter
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def split_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test twice: with the loop in C (shipper/_native.c, which must be built) and without it."""
+    split = None
+    if request.param == "native":
+        try:
+            from shipper._native import split_lines as split
+        except ImportError:
+            pytest.fail("shipper/_native.c is not built: pip install -e . (needs gcc and the Python headers)")
+    monkeypatch.setattr(lines_mod, "native_split_lines", split)
+    return str(request.param)
 
 
 def feed_all(data: bytes, sizes: list[int] | None = None, *, start: int = 0, limit: int = 1024) -> tuple[list, LineSplitter]:
@@ -200,3 +216,22 @@ def test_plain_lines_round_trip(lines: list[bytes]) -> None:
     assert [g[2] for g in got] == lines
     assert all(data[s:e - 1] == d for s, e, d, _f in got)
     assert sp.offset == len(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_piece, max_size=40), sizes=st.lists(st.integers(1, 50), min_size=1, max_size=10),
+       limit=st.integers(1, 24), start=st.integers(0, 10**12))
+def test_the_c_loop_and_the_python_loop_agree(pieces: list[bytes], sizes: list[int], limit: int, start: int) -> None:
+    """Whatever the fixture chose: one splitter on each path, fed the same chunks."""
+    from shipper._native import split_lines
+    data = b"".join(pieces)
+    c, py = LineSplitter(start, limit), LineSplitter(start, limit)
+    c.native, py.native = split_lines, None
+    pos, i = 0, 0
+    while pos < len(data):
+        n = sizes[i % len(sizes)]
+        assert c.feed(data[pos:pos + n]) == py.feed(data[pos:pos + n])
+        assert (c.offset, c.read_position, c.pending_bytes) == (py.offset, py.read_position, py.pending_bytes)
+        pos += n
+        i += 1
+    assert c.flush() == py.flush() and c.offset == py.offset

@@ -22,22 +22,23 @@ from shipper.parse.document import DocBuilder
 
 @pytest.fixture(autouse=True, params=["native", "python"])
 def build_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test twice: with the C fast path (`_splice.c`, which must be built) and without it."""
+    """Each test twice: with the C fast path (`_native.c`, which must be built) and without it."""
     splice = None
     if request.param == "native":
         try:
-            from shipper.parse._splice import splice
+            from shipper._native import splice
         except ImportError:
-            pytest.fail("shipper/parse/_splice.c is not built: pip install -e . (needs gcc and the Python headers)")
+            pytest.fail("shipper/_native.c is not built: pip install -e . (needs gcc and the Python headers)")
     monkeypatch.setattr(document, "native_splice", splice)
     return str(request.param)
 
 
-def test_shipper_pure_python_turns_the_c_path_off() -> None:
+def test_shipper_pure_python_turns_the_c_paths_off() -> None:
     import subprocess
     import sys
-    code = "from shipper.parse import document as d; print(d.PURE_PYTHON, d.native_splice is None)"
-    for value, expected in (("1", "True True"), ("0", "False False"), ("", "False False")):
+    code = ("from shipper import native; from shipper.parse import document; from shipper.tail import lines; "
+            "print(native.PURE_PYTHON, document.native_splice is None, lines.native_split_lines is None)")
+    for value, expected in (("1", "True True True"), ("0", "False False False"), ("", "False False False")):
         env = {k: v for k, v in os.environ.items() if k != "SHIPPER_PURE_PYTHON"} | {"SHIPPER_PURE_PYTHON": value}
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
         assert done.stdout.split() == expected.split(), done.stderr

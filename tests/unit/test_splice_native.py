@@ -1,4 +1,4 @@
-"""The C fast path (`shipper/parse/_splice.c`) on its own: which lines it takes and which it hands
+"""The C fast path (`shipper/_native.c`) on its own: which lines it takes and which it hands
 to the Python path, in order, and that byte mutations of real lines never make it write a pair
 that differs from the re-serialised one (test_splice.py compares whole corpora on both paths)."""
 
@@ -16,7 +16,7 @@ from shipper.config import InputConfig
 from shipper.parse.document import _FAST_MS_MAX, _FAST_MS_MIN, DocBuilder
 
 try:
-    from shipper.parse._splice import splice
+    from shipper._native import splice
 except ImportError:     # test_splice.py says so as a failure
     splice = None
 pytestmark = pytest.mark.skipif(splice is None, reason="not built: tests/unit/test_splice.py fails on it")

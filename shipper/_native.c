@@ -1,4 +1,7 @@
-/* shipper.parse._splice: the JSON line -> bulk pair fast path of DocBuilder, in C.
+/* shipper._native: the C fast paths of the reading side, each the inner loop of a Python class
+ * that stays the reference and runs alone when this module is not built:
+ *   split_lines  LineSplitter.feed's loop over complete lines (shipper/tail/lines.py);
+ *   splice       DocBuilder's JSON line -> bulk pair (shipper/parse/document.py), below.
  *
  * A pino line is already the document Elasticsearch wants, minus the fields enrichment adds.
  * When a line is a JSON object that this file can prove is valid (RFC 8259, strict UTF-8), has no
@@ -688,15 +691,126 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyLong_FromLongLong(total);
 }
 
+/* ---------------------------------------------------------------- line splitting
+ *
+ * split_lines(chunk, carry, pos, limit, truncated_flag) -> (lines, pos, tail_index)
+ * The inner loop of LineSplitter.feed (shipper/tail/lines.py, which keeps the state and the
+ * rules' reference in Python): every complete line of carry + chunk as (start, end, data, flags),
+ * head NULs dropped (start moves past them), a trailing '\r' dropped, empty lines skipped, lines
+ * past `limit` cut to it and flagged; `pos` after the last newline, and where the unterminated
+ * tail starts in `chunk` (0 when there is no newline: the tail is then carry + chunk). */
+static PyObject *emit_line(PyObject *out, const char *a, Py_ssize_t an, const char *b, Py_ssize_t bn,
+                           long long *pos, PyObject **end_obj, Py_ssize_t limit, long truncated) {
+    Py_ssize_t n = an + bn, k = 0;
+    long long start = *pos;
+    *pos += n + 1;
+    while (k < n && (k < an ? a[k] : b[k - an]) == 0)
+        k++;
+    n -= k;
+    if (n > 0 && (bn > 0 ? b[bn - 1] : a[an - 1]) == '\r')
+        n--;
+    PyObject *prev_end = *end_obj;   /* the previous line's end: usually this line's start */
+    *end_obj = NULL;
+    if (n <= 0) {
+        Py_XDECREF(prev_end);
+        return out;
+    }
+    long flags = 0;
+    if (n > limit) {
+        n = limit;
+        flags = truncated;
+    }
+    PyObject *data;
+    if (k >= an) {
+        data = PyBytes_FromStringAndSize(b + (k - an), n);
+    } else {
+        data = PyBytes_FromStringAndSize(NULL, n);
+        if (data != NULL) {
+            char *w = PyBytes_AS_STRING(data);
+            Py_ssize_t from_a = an - k < n ? an - k : n;
+            memcpy(w, a + k, (size_t)from_a);
+            if (n > from_a)
+                memcpy(w + from_a, b, (size_t)(n - from_a));
+        }
+    }
+    PyObject *st = NULL;
+    if (prev_end != NULL && k == 0 && PyLong_AsLongLong(prev_end) == start) {
+        st = prev_end;
+        prev_end = NULL;
+    } else {
+        st = PyLong_FromLongLong(start + k);
+    }
+    Py_XDECREF(prev_end);
+    PyObject *en = PyLong_FromLongLong(*pos);
+    PyObject *fl = PyLong_FromLong(flags);
+    if (data == NULL || st == NULL || en == NULL || fl == NULL) {
+        Py_XDECREF(data);
+        Py_XDECREF(st);
+        Py_XDECREF(en);
+        Py_XDECREF(fl);
+        return NULL;
+    }
+    Py_INCREF(en);
+    *end_obj = en;
+    PyObject *t = PyTuple_Pack(4, st, en, data, fl);
+    Py_DECREF(st);
+    Py_DECREF(en);
+    Py_DECREF(data);
+    Py_DECREF(fl);
+    if (t == NULL || PyList_Append(out, t) < 0) {
+        Py_XDECREF(t);
+        return NULL;
+    }
+    Py_DECREF(t);
+    return out;
+}
+
+static PyObject *split_lines(PyObject *Py_UNUSED(self), PyObject *args) {
+    const char *c, *carry;
+    Py_ssize_t cn, carry_n, limit;
+    long long pos;
+    long truncated;
+    if (!PyArg_ParseTuple(args, "y#y#Lnl", &c, &cn, &carry, &carry_n, &pos, &limit, &truncated))
+        return NULL;
+    if (limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "limit must be positive");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    PyObject *end_obj = NULL;
+    const char *p = c, *end = c + cn;
+    int first = 1;
+    for (;;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (nl == NULL)
+            break;
+        PyObject *r = first ? emit_line(out, carry, carry_n, p, nl - p, &pos, &end_obj, limit, truncated)
+                            : emit_line(out, NULL, 0, p, nl - p, &pos, &end_obj, limit, truncated);
+        if (r == NULL) {
+            Py_XDECREF(end_obj);
+            Py_DECREF(out);
+            return NULL;
+        }
+        first = 0;
+        p = nl + 1;
+    }
+    Py_XDECREF(end_obj);
+    PyObject *res = Py_BuildValue("(NLn)", out, pos, (Py_ssize_t)(p - c));
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"splice", splice, METH_VARARGS, "Append the bulk pairs of a batch of events to a list (see the module)."},
+    {"split_lines", split_lines, METH_VARARGS, "The complete lines of carry + chunk (see LineSplitter.feed)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "shipper.parse._splice",
-                                    "The JSON line -> bulk pair fast path of DocBuilder.", -1, methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "shipper._native",
+                                    "The C fast paths of the reading side: line splitting and JSON line -> bulk pair.", -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__splice(void) {
+PyMODINIT_FUNC PyInit__native(void) {
     init_tables();
     return PyModule_Create(&module);
 }
