@@ -3,13 +3,13 @@
 A partial last line waits (in the carry) for its newline. Lines longer than max_line_bytes are
 cut and flagged; NUL bytes at the head of a line (the hole a writer without O_APPEND leaves
 after copytruncate) are dropped; empty lines are not lines. No I/O here: the harvester feeds it.
+The loop over complete lines runs in C when `shipper/_native.c` is built; this file is its reference.
 """
 
 from __future__ import annotations
 
-from shipper.model import FLAG_TRUNCATED, Line
-
 from shipper import native
+from shipper.model import FLAG_TRUNCATED, Line
 
 native_split_lines = native.split_lines   # the loop over complete lines in C, or None (shipper/native.py)
 
