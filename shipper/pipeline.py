@@ -1157,7 +1157,8 @@ class Pipeline:
                 await self._ack(meta, dead)
             finally:
                 self.in_flight -= 1
-                self.wake.set()
+                if not self.acc.empty():
+                    self.wake.set()     # a record held back for a free slot may go now (nothing else waits on an ack)
 
     async def _spool_write(self, fn: Any, *args: Any) -> Any:
         """A spool write that waits out a full disk: logged once per episode, retried, never dropped.
@@ -1290,9 +1291,11 @@ class Pipeline:
             if not progressed or now - last_check >= POLL_S:
                 self.check_sources()
                 last_check = now
-            if progressed:
-                await asyncio.sleep(0)       # let senders and acks run between chunks
+            if progressed and self.backlog:
+                await asyncio.sleep(0)       # more to read: let senders and acks run between chunks
                 continue
+            # every source read got less than it asked for (at its end): the next bytes come with
+            # an inotify wake-up (or the poll tick), so no second read at the end before waiting
             timeout = POLL_S
             if not self.acc.empty():
                 timeout = min(timeout, max(0.005, self.acc.started + self.cfg.output.flush_interval_s - now))
