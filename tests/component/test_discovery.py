@@ -89,3 +89,36 @@ async def test_base_directory_that_appears_later(tmp_path: Path) -> None:
         await async_wait_until(lambda: w.scan_wanted, "a file in the later base directory", timeout_s=5)
     finally:
         await asyncio.to_thread(w.stop)
+
+
+async def test_watchdog_fallback_reports_the_same_events(tmp_path: Path) -> None:
+    """Where inotify cannot be used, WatchdogWatcher does the same: created -> rescan, written -> path."""
+    wake = asyncio.Event()
+    w = discovery.WatchdogWatcher(asyncio.get_running_loop(), wake)
+    inp = InputConfig(paths=(str(tmp_path / "*.log"),))
+    await asyncio.to_thread(w.watch, [inp])
+    try:
+        touch(tmp_path / "a.log")
+        await async_wait_until(lambda: w.scan_wanted and wake.is_set(), "a created file to ask for a rescan",
+                               timeout_s=5)
+        with open(tmp_path / "a.log", "ab") as f:
+            f.write(b"more\n")
+        await async_wait_until(lambda: str(tmp_path / "a.log") in w.take_modified(),
+                               "a modified file to be reported by path", timeout_s=5)
+    finally:
+        await asyncio.to_thread(w.stop)
+
+
+async def test_the_loop_reads_inotify_itself(tmp_path: Path) -> None:
+    """On Linux the Watcher is the inotify one (no watchdog threads); a renamed-in file asks for a rescan."""
+    wake = asyncio.Event()
+    w = discovery.Watcher(asyncio.get_running_loop(), wake)
+    assert type(w) is discovery.Watcher
+    (tmp_path / "x.tmp").write_bytes(b"")
+    await asyncio.to_thread(w.watch, [InputConfig(paths=(str(tmp_path / "*.log"),))])
+    try:
+        os.rename(tmp_path / "x.tmp", tmp_path / "x.log")
+        await async_wait_until(lambda: w.scan_wanted and wake.is_set(), "a moved-in file to ask for a rescan",
+                               timeout_s=5)
+    finally:
+        w.stop()
