@@ -209,6 +209,7 @@ class Service:
         assert p is not None
         reader = self._tasks[0] if self._tasks else None
         p.stopping = True
+        p.wake.set()                 # the reader may be waiting for the next write: it sees `stopping` now
         if reader is not None:
             try:
                 await asyncio.wait_for(reader, timeout=5.0)
