@@ -517,11 +517,11 @@ static const char MSG_KEY[] = ",\"message\":";
 static const char LEVEL_KEY[] = ",\"level\":";
 
 static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *events, *out, *head, *prefix_for, *fallback, *reserved;
+    PyObject *events_arg, *events, *out, *head, *prefix_for, *fallback, *reserved;
     const char *inc, *mid, *tail;
     Py_ssize_t inc_n, mid_n, tail_n;
     long long ms_min, ms_max;
-    if (!PyArg_ParseTuple(args, "O!O!OOy#y#y#O!OLL", &PyList_Type, &events, &PyList_Type, &out, &head,
+    if (!PyArg_ParseTuple(args, "O!O!OOy#y#y#O!OLL", &PyList_Type, &events_arg, &PyList_Type, &out, &head,
                           &prefix_for, &inc, &inc_n, &mid, &mid_n, &tail, &tail_n, &PyTuple_Type, &reserved,
                           &fallback, &ms_min, &ms_max))
         return NULL;
@@ -547,6 +547,11 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
         R.keys[i].n = PyBytes_GET_SIZE(k);
     }
 
+    /* our own list of the events: the bytes the scan points into stay alive whatever the
+     * fallback (Python) does meanwhile */
+    events = PyList_GetSlice(events_arg, 0, PyList_GET_SIZE(events_arg));
+    if (events == NULL)
+        return NULL;
     Py_ssize_t n = PyList_GET_SIZE(events);
     scan_t *scans = PyMem_Malloc(sizeof(scan_t) * (size_t)(n ? n : 1));
     const unsigned char **datas = PyMem_Malloc(sizeof(*datas) * (size_t)(n ? n : 1));
@@ -557,6 +562,7 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
         PyMem_Free(datas);
         PyMem_Free(lens);
         PyMem_Free(P);
+        Py_DECREF(events);
         return PyErr_NoMemory();
     }
     /* what needs the GIL: reading the tuples */
@@ -683,6 +689,7 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
         total += size;
     }
     Py_XDECREF(cached_head);
+    Py_DECREF(events);
     PyMem_Free(scans);
     PyMem_Free(datas);
     PyMem_Free(lens);

@@ -205,3 +205,18 @@ def test_every_position_of_a_special_byte_in_a_string() -> None:
         except orjson.JSONDecodeError:
             refused.append(i)
     assert handed == refused and 0 < len(refused) < len(lines)
+
+
+def test_a_fallback_that_empties_the_events_list_changes_nothing() -> None:
+    """The scan points into the events' bytes: splice holds them itself while Python runs."""
+    events = [(0, 1, PINO, 0), (100, 101, b"text", 0), (200, 201, PINO + b" " * 64, 0)]
+
+    def fallback(ev: tuple[int, int, bytes, int]) -> int:
+        events.clear()
+        import gc
+        gc.collect()
+        return 0
+
+    out: list[bytes] = []
+    splice(events, out, HEAD, None, b"i-", MID, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX)
+    assert len(out) == 2 and out[1].endswith(PINO[1:] + b"\n") and b'"_id":"i-200"' in out[1]
