@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the K requests that carried the oldest docs (when, how many, gap before)")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-latency.json"))
     args = ap.parse_args(argv)
+    os.makedirs(OUT_DIR, exist_ok=True)      # py-spy writes its profile there, and fails silently without it
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     info = machine_info()
     print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}")
