@@ -78,6 +78,20 @@ def scan(inputs: Sequence[InputConfig]) -> dict[str, int]:
 MAX_PENDING_PATHS = 4096
 
 
+def watch_targets(inputs: Sequence[InputConfig]) -> list[tuple[str, bool]]:
+    """(directory, recursive) to watch for these inputs: each glob's base directory, or while it
+    does not exist its nearest existing parent, recursively (so its appearance is seen); never /."""
+    out = []
+    for inp in inputs:
+        for pattern in inp.paths:
+            d, deep = base_dir(os.path.expanduser(pattern))
+            while not os.path.isdir(d) and d != os.sep:
+                d, deep = os.path.dirname(d), True
+            if d != os.sep:
+                out.append((d, deep))
+    return out
+
+
 class Watcher:
     """inotify on the event loop: an fs event sets `wake`, and notes what the reader should look at:
     `scan_wanted` (something was created or moved in: rescan the globs) or the path of a modified
@@ -189,19 +203,15 @@ class Watcher:
         rescan, so a base directory that appears later gets its own watch). Any thread."""
         if self._fd < 0:
             return
-        for inp in inputs:
-            for pattern in inp.paths:
-                d, deep = base_dir(os.path.expanduser(pattern))
-                while not os.path.isdir(d) and d != os.sep:
-                    d, deep = os.path.dirname(d), True
-                key = f"{d}|{deep}"
+        for d, deep in watch_targets(inputs):
+            key = f"{d}|{deep}"
+            with self._lock:
+                if key in self._watched:
+                    continue
+                self._watched.add(key)
+            if not self._add(d, deep):
                 with self._lock:
-                    if key in self._watched or d == os.sep:
-                        continue
-                    self._watched.add(key)
-                if not self._add(d, deep):
-                    with self._lock:
-                        self._watched.discard(key)
+                    self._watched.discard(key)
 
     def stop(self) -> None:
         """Stop watching (any thread: the fd is taken off the loop on the loop's own thread)."""
@@ -339,19 +349,15 @@ class WatchdogWatcher:
             self._observer = Observer()
             self._observer.daemon = True
             self._observer.start()
-        for inp in inputs:
-            for pattern in inp.paths:
-                d, deep = base_dir(os.path.expanduser(pattern))
-                while not os.path.isdir(d) and d != os.sep:
-                    d, deep = os.path.dirname(d), True
-                key = f"{d}|{deep}"
-                if key in self._watched or d == os.sep:
-                    continue
-                try:
-                    self._observer.schedule(self._handler, d, recursive=deep, event_filter=self._filter)
-                    self._watched.add(key)
-                except OSError:
-                    pass  # inotify limits reached: the rescan still finds everything
+        for d, deep in watch_targets(inputs):
+            key = f"{d}|{deep}"
+            if key in self._watched:
+                continue
+            try:
+                self._observer.schedule(self._handler, d, recursive=deep, event_filter=self._filter)
+                self._watched.add(key)
+            except OSError:
+                pass  # inotify limits reached: the rescan still finds everything
 
     def stop(self) -> None:
         if self._observer is not None:

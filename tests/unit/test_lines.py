@@ -14,17 +14,13 @@ import pytest
 from shipper.model import FLAG_TRUNCATED
 from shipper.tail import lines as lines_mod
 from shipper.tail.lines import LineSplitter
+from tests.support.native import c_function
 
 
 @pytest.fixture(autouse=True, params=["native", "python"])
 def split_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test twice: with the loop in C (shipper/_native.c, which must be built) and without it."""
-    split = None
-    if request.param == "native":
-        try:
-            from shipper._native import split_lines as split
-        except ImportError:
-            pytest.fail("shipper/_native.c is not built: pip install -e . (needs gcc and the Python headers)")
+    split = c_function("split_lines") if request.param == "native" else None
     monkeypatch.setattr(lines_mod, "native_split_lines", split)
     return str(request.param)
 
@@ -223,7 +219,7 @@ def test_plain_lines_round_trip(lines: list[bytes]) -> None:
        limit=st.integers(1, 24), start=st.integers(0, 10**12))
 def test_the_c_loop_and_the_python_loop_agree(pieces: list[bytes], sizes: list[int], limit: int, start: int) -> None:
     """Whatever the fixture chose: one splitter on each path, fed the same chunks."""
-    from shipper._native import split_lines
+    split_lines = c_function("split_lines")
     data = b"".join(pieces)
     c, py = LineSplitter(start, limit), LineSplitter(start, limit)
     c.native, py.native = split_lines, None

@@ -18,18 +18,13 @@ from shipper.config import InputConfig
 from shipper.model import FLAG_TRUNCATED
 from shipper.parse import document
 from shipper.parse.document import DocBuilder
+from tests.support.native import c_function
 
 
 @pytest.fixture(autouse=True, params=["native", "python"])
 def build_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test twice: with the C fast path (`_native.c`, which must be built) and without it."""
-    splice = None
-    if request.param == "native":
-        try:
-            from shipper._native import splice
-        except ImportError:
-            pytest.fail("shipper/_native.c is not built: pip install -e . (needs gcc and the Python headers)")
-    monkeypatch.setattr(document, "native_splice", splice)
+    monkeypatch.setattr(document, "native_splice", c_function("splice") if request.param == "native" else None)
     return str(request.param)
 
 
