@@ -94,6 +94,7 @@ class ElasticsearchConfig:
     bulk_max_events: int = 2000
     bulk_max_bytes: int = 5 * 1024 * 1024
     flush_interval_s: float = 1.0
+    flush_min_interval_s: float = 0.02    # extension: caught up, partial batches leave at most this often
     timeout_s: float = 30.0
     tls: TLSConfig = field(default_factory=TLSConfig)
     pipeline: str | None = None
@@ -489,6 +490,7 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         bulk_max_events=es.integer("bulk_max_events", 2000),
         bulk_max_bytes=es.size("bulk_max_bytes", 5 * 1024 * 1024, minimum=1024),
         flush_interval_s=es.duration("flush_interval", 1.0, positive=True),
+        flush_min_interval_s=es.duration("flush_min_interval", 0.02),
         timeout_s=es.duration("timeout", 30.0, positive=True),
         tls=tls,
         pipeline=es.string("pipeline", None),

@@ -1,7 +1,8 @@
 """The running pipeline: sources (harvester + parser per file) -> accumulator -> spool -> senders.
 
 Reading, committing and sending overlap: while one record is committed on the spool thread the
-loop keeps reading into the next, and a record goes out as soon as a request slot is free.
+loop keeps reading into the next, and a record goes out as soon as a request slot is free, but
+when caught up at most one partial record per `flush_min_interval` (20 ms).
 `flush_interval` only bounds how long a partial record waits while every slot is busy.
 """
 
@@ -164,6 +165,7 @@ class Pipeline:
         # the last read round stopped with more to read (a file behind, or the record full): the
         # record keeps filling to its limits instead of leaving at once (fewer, fuller requests)
         self.backlog = False
+        self._last_commit_at = float("-inf")    # when the last record was handed to the spool (flush_min_interval)
         self._commit_lock = asyncio.Lock()      # held by the record being written (records are written in order)
         self.scanned = asyncio.Event()           # set after the first rescan: every matched file is open
         self._unreadable: set[str] = set()       # paths whose permission problem was logged once
@@ -1014,8 +1016,12 @@ class Pipeline:
         if self.committing:
             return False       # the record being written goes first; this one keeps filling meanwhile
         age = self.clock.monotonic() - acc.started
-        if acc.events and self.in_flight < out.max_in_flight and not self.outbox and not self.backlog:
-            return True        # caught up and a request slot is free: send now rather than wait for a timer
+        if (acc.events and self.in_flight < out.max_in_flight and not self.outbox and not self.backlog
+                and self.clock.monotonic() - self._last_commit_at >= out.flush_min_interval_s):
+            # caught up and a request slot is free: send now rather than wait for a timer, but at most
+            # one partial record per flush_min_interval: a writer that appends line by line (pino's
+            # default) would otherwise cost a request, a spool transaction and an ack per line
+            return True
         return age >= out.flush_interval_s
 
     @property
@@ -1044,6 +1050,7 @@ class Pipeline:
                 await self._await_write(self._writes[-1][1])
             return
         self.acc = Accumulator()
+        self._last_commit_at = self.clock.monotonic()
         task = asyncio.ensure_future(self._write_record(acc))
         task.add_done_callback(_retrieve)       # a failure is raised through _write_error, by every later commit
         self._writes.append((acc, task))
@@ -1298,9 +1305,28 @@ class Pipeline:
             # every source read got less than it asked for (at its end): the next bytes come with
             # an inotify wake-up (or the poll tick), so no second read at the end before waiting
             timeout = POLL_S
+            gap = self.cfg.output.flush_min_interval_s
+            pace = self._last_commit_at + gap - now
             if not self.acc.empty():
                 timeout = min(timeout, max(0.005, self.acc.started + self.cfg.output.flush_interval_s - now))
-            await _wait(self.wake, timeout)
+                if pace > 0:
+                    timeout = min(timeout, pace)      # held back by the gap only: goes when it ends
+            if await _wait(self.wake, timeout):
+                pace = self._last_commit_at + gap - self.clock.monotonic()
+                if pace > 0 and not self.stopping:
+                    await self._pace(pace)
+
+    async def _pace(self, seconds: float) -> None:
+        """Written to within flush_min_interval of the last record: read it all when the interval
+        ends, not write by write. The watcher is not read meanwhile (its events merge in the kernel)."""
+        w = self._watcher
+        if w is not None:
+            w.pause()
+        try:
+            await self.clock.sleep(seconds)
+        finally:
+            if w is not None:
+                w.resume()
 
     async def stop_reading(self) -> None:
         """Stop reading: queue the last complete lines with their offsets (one final commit)."""

@@ -123,6 +123,7 @@ class Watcher:
         self._dirs: dict[int, tuple[str, bool]] = {}   # watch descriptor -> (directory, recursive)
         self._modified: set[str] = set()
         self.scan_wanted = False
+        self._paused = False
         loop.add_reader(self._fd, self._on_readable)
 
     def _add(self, d: str, deep: bool) -> bool:
@@ -197,6 +198,18 @@ class Watcher:
         with self._lock:
             out, self._modified = self._modified, set()
         return out
+
+    def pause(self) -> None:
+        """Stop reading inotify for a while (on the loop's thread): events wait in the kernel, where
+        repeats of the same event merge, and are read at `resume`."""
+        if self._fd >= 0 and not self._paused:
+            self._loop.remove_reader(self._fd)
+            self._paused = True
+
+    def resume(self) -> None:
+        if self._fd >= 0 and self._paused:
+            self._loop.add_reader(self._fd, self._on_readable)
+        self._paused = False
 
     def watch(self, inputs: Sequence[InputConfig]) -> None:
         """Watch the existing base directories of every glob (idempotent: call it after each
@@ -327,6 +340,12 @@ class WatchdogWatcher:
         with self._lock:
             out, self._modified = self._modified, set()
         return out
+
+    def pause(self) -> None:
+        """Nothing to stop: watchdog's threads keep queueing events (the reader ignores wake-ups meanwhile)."""
+
+    def resume(self) -> None:
+        """See `pause`."""
 
     def watch(self, inputs: Sequence[InputConfig]) -> None:
         """Schedule watches on the existing base directories of every glob (idempotent: call it

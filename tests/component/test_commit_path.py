@@ -8,6 +8,7 @@ its lines), and the spool's single-statement rows read back through diskcache li
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import threading
 from pathlib import Path
@@ -153,4 +154,38 @@ async def test_a_failed_write_stops_the_records_behind_it(tmp_path: Path, monkey
         assert all(cp.offset == 0 for cp in p.spool.spool.checkpoints.values())
     finally:
         release.set()
+        await rig.close()
+
+
+@pytest.mark.parametrize("interval_s", [0.02, 0.0])
+async def test_caught_up_a_partial_record_leaves_at_most_once_per_flush_min_interval(
+        tmp_path: Path, interval_s: float) -> None:
+    """A writer appending line by line: the first line goes at once, the next ones wait for the
+    end of flush_min_interval after it (then go together), never for flush_interval."""
+    log = tmp_path / "app.log"
+    rig = Rig(tmp_path, [str(tmp_path / "*.log")])
+    rig.p.cfg = dataclasses.replace(rig.p.cfg, output=dataclasses.replace(
+        rig.p.cfg.output, flush_min_interval_s=interval_s))
+    p = rig.p
+    try:
+        _write_lines(log, 0, 1)
+        await p.rescan()
+        await p.open_waiting()
+        assert p.read_round() and p.should_commit()       # nothing left recently: at once
+        await p.commit()
+        rig._collect()
+        _write_lines(log, 1, 1)
+        assert p.read_round()
+        assert p.should_commit() is (interval_s == 0)     # a record left just now
+        rig.clock.advance(interval_s / 2)
+        _write_lines(log, 2, 1)
+        assert p.read_round()
+        assert p.should_commit() is (interval_s == 0)
+        rig.clock.advance(interval_s / 2 + 1e-6)
+        assert p.should_commit()                           # the interval is over: both lines go together
+        await p.commit()
+        rig._collect()
+        assert rig.messages() == ["line 0", "line 1", "line 2"]
+        assert p.cfg.output.flush_interval_s > 10 * max(interval_s, 0.01)   # not the flush_interval timer
+    finally:
         await rig.close()

@@ -122,3 +122,27 @@ async def test_the_loop_reads_inotify_itself(tmp_path: Path) -> None:
                                timeout_s=5)
     finally:
         w.stop()
+
+
+async def test_a_paused_watcher_delivers_what_happened_meanwhile_on_resume(tmp_path: Path) -> None:
+    """While the reader paces itself the loop does not read inotify; the events wait in the kernel."""
+    wake = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    w = discovery.Watcher(loop, wake)
+    assert type(w) is discovery.Watcher
+    (tmp_path / "a.log").write_bytes(b"")
+    await asyncio.to_thread(w.watch, [InputConfig(paths=(str(tmp_path / "*.log"),))])
+    try:
+        w.pause()
+        with open(tmp_path / "a.log", "ab") as f:
+            for _ in range(20):
+                f.write(b"line\n")
+                f.flush()
+        assert not loop.remove_reader(w._fd)        # not watched by the loop while paused
+        assert not wake.is_set()
+        w.resume()
+        await async_wait_until(lambda: str(tmp_path / "a.log") in w.take_modified(),
+                               "the writes made while paused to be reported on resume", timeout_s=5)
+        assert wake.is_set()
+    finally:
+        await asyncio.to_thread(w.stop)

@@ -160,6 +160,24 @@ def test_rename_rotation_five_times_while_a_writer_appends(tmp_path: Path, es: E
     assert d.alive
 
 
+def test_a_writer_appending_line_by_line_loses_nothing_while_shipper_paces_itself(
+        tmp_path: Path, es: ES, osmem_clone: Any, daemon_factory: Any) -> None:
+    """pino's default destination writes each line on its own. Caught up, shipper sends at most
+    one partial batch per flush_min_interval (20 ms) and does not read inotify meanwhile: every
+    line written in those pauses is still read, once. (How few requests that makes is measured
+    by bench/latency.py: osmem answers too slowly for batches to stay small here anyway.)"""
+    logs = setup_logs(tmp_path)
+    log = logs / "app.log"
+    d = daemon_factory(config(tmp_path, osmem_clone.url, [log]))
+    d.wait_ready()
+    with Writer(log, rate=500, batch_interval_s=0.002, max_lines=600, keep_open=True) as w:
+        wait_until(lambda: w.count >= 600, "the writer to append 600 lines, one write each", timeout_s=30)
+    written = w.written
+    wait_count(es, len(written), timeout_s=60, daemon=d)
+    es.assert_exactly_once(written, index=INDEX + "*")
+    assert d.alive
+
+
 # ---------------------------------------------------------------- 3. kill -9 at random moments
 
 def test_kill9_at_random_moments_while_a_writer_appends(tmp_path: Path, es: ES, osmem_clone: Any,
