@@ -80,7 +80,8 @@ def command(system: str, tmp: str, log_path: str, url: str, args: argparse.Names
     if system == "shipper":
         cfg = shipper_config(tmp, log_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
-                             log_level=args.log_level, flush_interval=args.flush_interval)
+                             log_level=args.log_level, flush_interval=args.flush_interval,
+                             flush_min_interval=args.flush_min_interval)
         cmd = [py, "-m", "shipper", "run", "-c", cfg]
         if args.profile:
             pyspy = shutil.which("py-spy", path=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-flight", type=int, default=None, help="shipper: max_in_flight")
     ap.add_argument("--bulk-max-events", type=int, default=None, help="shipper: bulk_max_events")
     ap.add_argument("--flush-interval", default=None, help="shipper: flush_interval, e.g. 250ms")
+    ap.add_argument("--flush-min-interval", default=None,
+                    help="shipper: flush_min_interval, e.g. 0 (each batch at once) or 20ms (the default)")
     ap.add_argument("--log-level", default="info", help="shipper: log_level")
     ap.add_argument("--sink-latency-ms", type=float, default=0.0, help="sink: delay before each answer")
     ap.add_argument("--warmup-timeout", type=float, default=30.0)

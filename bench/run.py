@@ -251,7 +251,8 @@ class RunResult:
 
 def shipper_config(tmp: str, input_path: str, url: str, *, gzip: bool = True,
                    bulk_max_events: int | None = None, in_flight: int | None = None,
-                   log_level: str = "info", flush_interval: str | None = None) -> str:
+                   log_level: str = "info", flush_interval: str | None = None,
+                   flush_min_interval: str | None = None) -> str:
     """Write a config for `shipper run` into `tmp` (state under tmp/state); returns its path.
 
     Only the keys given are set, so everything else is shipper's default, as a user would have it.
@@ -267,6 +268,8 @@ def shipper_config(tmp: str, input_path: str, url: str, *, gzip: bool = True,
         es["max_in_flight"] = in_flight
     if flush_interval is not None:
         es["flush_interval"] = flush_interval
+    if flush_min_interval is not None:
+        es["flush_min_interval"] = flush_min_interval
     cfg = {
         "state_dir": os.path.join(tmp, "state"),
         "log_level": log_level,
