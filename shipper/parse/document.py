@@ -337,18 +337,14 @@ class DocBuilder:
             return self.build_reserialised(incarnation, path, events, now, out)
         if self._native is not None:
             return self._build_native(incarnation, path, events, now, out)
-        if self._static_prefix is not None and self.line_filter is None:
-            return self._build_static(incarnation, path, events, now, out)
         return self._build_general(incarnation, path, events, now, out)
 
     def _build_native(self, incarnation: str, path: str, events: list[Line], now: float,
                       out: list[bytes]) -> int:
         """`_build` in C (`_native.c`): a valid pino line is passed through as it is, after the
         added fields; every line it does not take is handed, in order, to the Python loop."""
-        py = self._build_static if self._static_prefix is not None else self._build_general
-
         def one(ev: Line) -> int:
-            return py(incarnation, path, [ev], now, out)
+            return self._build_general(incarnation, path, [ev], now, out)
 
         return self._native(events, out, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
                             self._path_bytes(path), self._fields_bytes + b",", self._reserved_bytes, one,
@@ -360,7 +356,8 @@ class DocBuilder:
 
     def _build_general(self, incarnation: str, path: str, events: list[Line], now: float,
                        out: list[bytes]) -> int:
-        """The Python splice loop for any index pattern and line filter (see `_build`)."""
+        """The Python splice loop, for any index pattern and line filter (see `_build`). With one
+        fixed index name the action's start is a constant and no event time is computed for routing."""
         field_keys = self._field_keys
         nbytes = 0
         loads = _loads
@@ -432,74 +429,6 @@ class DocBuilder:
             nbytes += len(pair)
             append(pair)
         return nbytes
-
-    def _build_static(self, incarnation: str, path: str, events: list[Line], now: float,
-                      out: list[bytes]) -> int:
-        """`_build` for the usual input: one index name (no date, no field) and no line filter.
-
-        The same documents as `_build` (tests/unit/test_splice.py holds them equal to the fully
-        re-serialised ones); what the general loop decides per line is decided once here: the
-        action's start is a constant, no event time is needed for routing, nothing is filtered.
-        """
-        field_keys = self._field_keys
-        loads = _loads
-        dumps = _dumps
-        decode_error = _JSONDecodeError
-        join = b"".join
-        append = out.append
-        to_doc = self.to_doc
-        ts_prefix = self._ts_prefix
-        second_prefix = self._second_prefix
-        ms_text = _MS_TEXT
-        level_bytes = _LEVEL_BYTES
-        ms_min = _FAST_MS_MIN
-        ms_max = _FAST_MS_MAX
-        newline = _NEWLINE
-        msg_key = b',"message":'
-        tail = self._fields_bytes + b","
-        mid = self._path_bytes(path)
-        inc = incarnation.encode() + b"-"
-        head = self._static_prefix + inc      # type: ignore[operator]
-        n0 = len(out)
-        d: Any
-        for start, _end, data, flags in events:
-            d = None
-            if not flags and data and data[0] == 123:        # b"{"
-                try:
-                    d = loads(data)
-                except decode_error:
-                    d = None
-                else:
-                    if ("@timestamp" not in d and "log" not in d and "host" not in d and d
-                            and (field_keys is None or field_keys.isdisjoint(d))):
-                        tm = d.get("time")
-                        if type(tm) is int and ms_min <= tm < ms_max:
-                            sec = tm // 1000
-                            tsp = ts_prefix.get(sec) or second_prefix(sec)
-                            ts = ms_text[tm - sec * 1000]
-                        else:
-                            tsp = b'"}}\n{"@timestamp":"' + format_timestamp(_event_time(d, now, self.tz)).encode()
-                            ts = b'"'
-                        lv = d.get("level")
-                        if type(lv) is int:
-                            lvb = level_bytes.get(lv, b"}")
-                        elif type(lv) is str and lv:
-                            lvb = b',"level":' + dumps(lv) + b"}"
-                        else:
-                            lvb = b"}"
-                        sb = b"%d" % start
-                        msg = d.get("msg")
-                        if msg is None or "message" in d:
-                            append(join((head, sb, tsp, ts, mid, sb, lvb, tail, dumps(d, option=newline)[1:])))
-                        else:
-                            append(join((head, sb, tsp, ts, mid, sb, lvb, msg_key, dumps(msg), tail,
-                                         dumps(d, option=newline)[1:])))
-                        continue
-            r = to_doc(data, flags, path, start, now, d if type(d) is dict else None)
-            if r is None:
-                continue
-            append(join((head, b"%d\"}}\n" % start, dumps(r[0]), b"\n")))
-        return sum(map(len, out[n0:]))
 
     def _second_prefix(self, sec: int) -> bytes:
         """The action's end and the document's start up to the @timestamp's seconds, cached per second."""

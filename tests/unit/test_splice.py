@@ -153,7 +153,7 @@ CORPUS: list[bytes] = [
 CONFIGS: list[dict[str, Any]] = [
     {},
     {"format": "json"},
-    {"index": "app-logs"},                          # one index name: DocBuilder._build_static
+    {"index": "app-logs"},                          # one index name: a constant action prefix
     {"index": "app-logs", "fields": {"env": "prod", "nested": {"a": [1, "ü"]}}},
     {"fields": {"env": "prod", "team": "core"}},
     {"fields": {"service": {"name": "api", "tags": ["a", "b"]}, "n": 3, "unicode": "ü"}},
@@ -297,7 +297,7 @@ def test_random_json_spliced_equals_reserialised(obj: dict[str, Any], style: int
     assert_same(fast, slow)
 
 
-def test_a_static_index_takes_the_static_loop_and_a_pattern_does_not() -> None:
+def test_a_static_index_has_a_constant_action_prefix_and_a_pattern_does_not() -> None:
     static, dated = builder(index="app-logs"), builder(index="app-%Y")
     assert static._static_prefix is not None and dated._static_prefix is None
     line = b'{"level":30,"time":1790000000123,"msg":"x"}'
