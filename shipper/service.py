@@ -19,7 +19,7 @@ import orjson
 
 from shipper import native, sdnotify
 from shipper.clock import Clock, SystemClock
-from shipper.config import Config, load_config
+from shipper.config import Config, InputConfig, load_config
 from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
@@ -28,7 +28,8 @@ from shipper.model import PipelineStatus
 from shipper.pipeline import Pipeline
 from shipper.ship.sender import Sender
 from shipper.sources.files import FileSource
-from shipper.spool import AsyncSpool, Spool
+from shipper.sources.stdin import StdinSource
+from shipper.spool import AsyncSpool, Spool, SpoolContents
 
 log = logging.getLogger("shipper")
 
@@ -81,16 +82,29 @@ async def open_state(state_dir: str) -> AsyncSpool:
     return AsyncSpool(await asyncio.to_thread(Spool, state_dir))
 
 
-async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock,
-                         host_name: str | None = None) -> tuple[Pipeline, FileSource]:
-    """State, then output, then inputs: the pipeline over what the spool holds, and the files."""
-    contents = await spool.contents()
+async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock, host_name: str | None = None,
+                         stdin: tuple[InputConfig, int] | None = None) -> tuple[Pipeline, FileSource | StdinSource]:
+    """State, then output, then inputs: the pipeline over what the spool holds, and its source (the
+    files of `cfg.inputs`, or with `stdin` = (input, fd) the stream of `shipper pipe`)."""
+    return assemble(cfg, spool, await spool.contents(), events, clock, host_name, stdin)
+
+
+def assemble(cfg: Config, spool: AsyncSpool, contents: SpoolContents, events: Events, clock: Clock,
+             host_name: str | None = None, stdin: tuple[InputConfig, int] | None = None
+             ) -> tuple[Pipeline, FileSource | StdinSource]:
+    """`build_pipeline` over contents already read."""
     sender = Sender(cfg, events, clock)
     p = Pipeline(cfg, spool, contents, sender, events, clock)
-    files = FileSource(cfg, contents.checkpoints, p.writer, events, clock, host_name or socket.gethostname())
-    p.writer.checkpoints_written.append(files.index_written)
-    p.add_source(files)
-    return p, files
+    host = host_name or socket.gethostname()
+    source: FileSource | StdinSource
+    if stdin is not None:
+        source = StdinSource(stdin[0], cfg.output.index, host, p.writer, events, clock, stdin[1])
+    else:
+        files = FileSource(cfg, contents.checkpoints, p.writer, events, clock, host)
+        p.writer.checkpoints_written.append(files.index_written)
+        source = files
+    p.add_source(source)
+    return p, source
 
 
 class Service:

@@ -150,6 +150,11 @@ class FileSource:
 
     # ---------------------------------------------------------------- scanning
 
+    @property
+    def wants_rescan(self) -> bool:
+        """Something seen since the last rescan asks for another one soon (a rotation, a new inode)."""
+        return self._rescan_soon
+
     def _want_rescan(self) -> None:
         self._rescan_soon = True
 
