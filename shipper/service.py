@@ -22,6 +22,7 @@ from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
 from shipper.pipeline import Pipeline
+from shipper.ship.template import guard_first_bulk
 from shipper.spool import AsyncSpool, Spool
 
 log = logging.getLogger("shipper")
@@ -100,6 +101,7 @@ class Service:
         spool = await asyncio.to_thread(Spool, self.cfg.state_dir)
         self.spool = AsyncSpool(spool)
         self.pipeline = Pipeline(self.cfg, self.spool, self.events, self.clock)
+        guard_first_bulk(self.pipeline.client, self.cfg)   # issue 17: index template before the first bulk
         if self.cfg.metrics.listen:
             self._metrics_runner = await serve_metrics(self.cfg.metrics.listen, self.metrics, self.health,
                                                        self.status_doc)
@@ -260,6 +262,7 @@ class Service:
         # queue and checkpoints once every call submitted before has finished (one worker, FIFO)
         await self.spool.call(_noop)
         self.pipeline = Pipeline(new, self.spool, self.events, self.clock)
+        guard_first_bulk(self.pipeline.client, new)         # issue 17
         self._start_pipeline_tasks()
         self.events.info("config reloaded", inputs=len(new.inputs))
         sdnotify.ready()
