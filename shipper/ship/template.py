@@ -318,8 +318,8 @@ def _found_template(body: Any) -> dict[str, Any]:
 class TemplateGate:
     """`BulkClient.preflight` for `index_template: auto`: runs `ensure_templates` before the first
     bulk request. No answer at all raises TransportError (the bulk could not go either: the sender
-    backs off and tries again); 429/5xx answers are tried `max_busy` times, then given up; a refusal
-    is one warning and shipping goes on with the destination's own mappings."""
+    backs off and tries again); after `max_busy` 429/5xx answers it gives up; a refusal is one
+    warning and shipping goes on with the destination's own mappings."""
 
     def __init__(self, cfg: Config, max_busy: int = 3) -> None:
         self.cfg = cfg
@@ -332,15 +332,18 @@ class TemplateGate:
             self.result = TemplateResult("skipped", "the Logsene receiver manages the mapping")
             log.debug("index template skipped", extra={"reason": self.result.detail})
             return
+        if self.busy >= self.max_busy:
+            # decided before asking again, so every busy answer was followed by a retry (the metric counts them)
+            assert self.result is not None
+            log.warning("index template not installed: the destination stayed busy; shipping goes on",
+                        extra={"reason": self.result.detail, "template": TEMPLATE_NAME})
+            return
         res = await ensure_templates(client, self.cfg)
         self.result = res
         if res.state == "unavailable":
-            self.busy += 1
-            if not res.answered or self.busy < self.max_busy:
-                raise TransportError(f"index template: {res.detail}", host=client.hosts[0].label)
-            log.warning("index template not installed: the destination stayed busy; shipping goes on",
-                        extra={"reason": res.detail, "template": TEMPLATE_NAME})
-            return
+            if res.answered:
+                self.busy += 1
+            raise TransportError(f"index template: {res.detail}", host=client.hosts[0].label)
         if res.state == "refused":
             log.warning("index template not installed: the destination refused it; shipping goes on "
                         "with its own mappings", extra={"reason": res.detail, "template": TEMPLATE_NAME})
