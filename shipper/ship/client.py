@@ -24,8 +24,8 @@ from shipper.clock import Clock, SystemClock
 from shipper.config import ElasticsearchConfig
 from shipper.errors import TransportError
 from shipper.logs import register_secret
-from shipper.ship.backoff import Backoff
 from shipper.ship import tls as tlsmod
+from shipper.ship.backoff import Backoff
 from shipper.ship.bulk import FILTER_PATH, parse_retry_after
 
 log = logging.getLogger("shipper.output")
@@ -208,6 +208,7 @@ class BulkClient:
         await self._pin(host)
         headers = self._auth_headers(host)
         headers["Accept"] = "application/json"
+        headers["User-Agent"] = self._headers["User-Agent"]
         data = None
         if body is not None:
             data = orjson.dumps(body)

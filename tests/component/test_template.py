@@ -23,10 +23,14 @@ from shipper.commands.main import main
 from shipper.config import Config, load_config_text
 from shipper.errors import TransportError
 from shipper.events import Events
-from shipper.ship.template import (
-    TEMPLATE_NAME, TemplateGate, ensure_templates, guard_first_bulk, inspect,
-)
 from shipper.ship.sender import Attempt, Sender
+from shipper.ship.template import (
+    TEMPLATE_NAME,
+    TemplateGate,
+    ensure_templates,
+    guard_first_bulk,
+    inspect,
+)
 from tests.support.daemon import free_port
 from tests.support.es import ES
 from tests.support.proxy import BulkItem, FaultProxy

@@ -15,7 +15,6 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 import orjson
 import pytest
 from aiohttp import web
@@ -24,8 +23,8 @@ from shipper.config import Config, ElasticsearchConfig, RetryConfig, TLSConfig, 
 from shipper.errors import ConfigError, TransportError
 from shipper.events import Events
 from shipper.ship import tls as tlsmod
-from shipper.ship.client import BulkClient
 from shipper.ship.backoff import Backoff
+from shipper.ship.client import BulkClient
 from shipper.ship.sender import Attempt, Sender
 from tests.support.daemon import free_port
 

@@ -10,8 +10,20 @@ import pytest
 
 from shipper.config import Config, load_config_text
 from shipper.ship.template import (
-    PRIORITY_BROAD, PRIORITY_NARROW, Distribution, ServerTemplate, build_template, identify, index_pattern,
-    index_patterns, judge_indices, parse_templates, priority_for, uncovered, unsupported, winner,
+    PRIORITY_BROAD,
+    PRIORITY_NARROW,
+    Distribution,
+    ServerTemplate,
+    build_template,
+    identify,
+    index_pattern,
+    index_patterns,
+    judge_indices,
+    parse_templates,
+    priority_for,
+    uncovered,
+    unsupported,
+    winner,
 )
 
 NOW = calendar.timegm((2026, 12, 1, 10, 0, 0))
