@@ -1,0 +1,1 @@
+"""Inputs behind one seam (`base.Source`): files, stdin; each reads into the writer's draft."""
