@@ -155,7 +155,7 @@ async def fetch_chain(host: str, port: int, ctx: ssl.SSLContext, timeout_s: floa
         writer.close()
         try:
             await asyncio.wait_for(writer.wait_closed(), 1.0)
-        except (OSError, ssl.SSLError, asyncio.TimeoutError):
+        except (TimeoutError, OSError, ssl.SSLError):
             pass
 
 
@@ -167,14 +167,14 @@ async def diagnose(host: str, port: int, ctx: ssl.SSLContext | bool, timeout_s: 
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, ssl=ctx, server_hostname=host), timeout_s)
-    except (OSError, ssl.SSLError, asyncio.TimeoutError) as e:
+    except (TimeoutError, OSError, ssl.SSLError) as e:
         return e
     try:
         data = await asyncio.wait_for(reader.read(1), min(2.0, timeout_s))
         if not data:
             return ConnectionResetError(_CLOSED_AFTER_HANDSHAKE)
         return None
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return None
     except (OSError, ssl.SSLError) as e:
         return e
@@ -182,7 +182,7 @@ async def diagnose(host: str, port: int, ctx: ssl.SSLContext | bool, timeout_s: 
         writer.close()
         try:
             await asyncio.wait_for(writer.wait_closed(), 1.0)
-        except (OSError, ssl.SSLError, asyncio.TimeoutError):
+        except (TimeoutError, OSError, ssl.SSLError):
             pass
 
 

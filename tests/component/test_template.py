@@ -23,7 +23,8 @@ from shipper.commands.main import main
 from shipper.config import Config, load_config_text
 from shipper.errors import TransportError
 from shipper.events import Events
-from shipper.ship.sender import Attempt, Sender
+from shipper.model import Batch
+from shipper.ship.sender import Sender
 from shipper.ship.template import (
     TEMPLATE_NAME,
     TemplateGate,
@@ -68,12 +69,12 @@ def sender(cfg: Config) -> tuple[Sender, TemplateGate]:
     return s, gate
 
 
-def attempt(index: str, seqs: range) -> Attempt:
+def attempt(index: str, seqs: range) -> Batch:
     body = b"".join(orjson.dumps({"create": {"_index": index, "_id": f"id-{n}"}}) + b"\n" +
                     orjson.dumps({"@timestamp": "2026-12-01T10:00:00.000Z", "message": f"line {n}",
                                   "log": {"level": "info", "offset": n * 10, "file": {"path": "/var/log/a.log"}},
                                   "host": {"name": "h"}, "seq": n}) + b"\n" for n in seqs)
-    return Attempt(body, False, len(seqs))
+    return Batch(body, False, len(seqs))
 
 
 def paths(proxy: FaultProxy) -> list[str]:
@@ -248,7 +249,8 @@ async def test_inspect_a_fresh_destination(es: ES) -> None:
 async def test_inspect_finds_the_data_stream_trap_and_an_uncovered_input(es: ES) -> None:
     es.request("PUT", "/_index_template/logs", {"index_patterns": ["logs-*-*"], "priority": 100, "data_stream": {}})
     es.request("PUT", f"/_index_template/{TEMPLATE_NAME}", {"index_patterns": ["logs-20*"], "priority": 90})
-    cfg = load_config_text(f"inputs:\n  - {{paths: ['/a.log']}}\n  - {{paths: ['/b.log'], index: 'logs-app-%Y.%m.%d'}}\n"
+    cfg = load_config_text(f"inputs:\n  - {{paths: ['/a.log']}}\n"
+                           f"  - {{paths: ['/b.log'], index: 'logs-app-%Y.%m.%d'}}\n"
                            f"output:\n  elasticsearch:\n    hosts: ['{es.url}']\n")
     s = Sender(cfg, Events(), FakeClock())
     try:
@@ -290,11 +292,13 @@ async def test_inspect_a_host_of_another_product() -> None:
 def _write(tmp_path: Path, url: str, extra: str = "") -> str:
     p = tmp_path / "shipper.yaml"
     p.write_text(f"state_dir: {tmp_path / 'state'}\ninputs: [{{paths: ['{tmp_path}/*.log']}}]\n"
-                 f"output:\n  elasticsearch:\n    hosts: ['{url}']\n    timeout: 5s\n{extra}metrics: {{listen: null}}\n")
+                 f"output:\n  elasticsearch:\n    hosts: ['{url}']\n    timeout: 5s\n"
+                 f"{extra}metrics: {{listen: null}}\n")
     return str(p)
 
 
-def test_template_command_print_install_exists_force(es: ES, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_template_command_print_install_exists_force(es: ES, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, es.url)
     assert main(["template", "-c", path, "--print"]) == 0
     printed: dict[str, Any] = orjson.loads(capsys.readouterr().out)

@@ -22,10 +22,11 @@ from aiohttp import web
 from shipper.config import Config, ElasticsearchConfig, RetryConfig, TLSConfig, load_config_text
 from shipper.errors import ConfigError, TransportError
 from shipper.events import Events
+from shipper.model import Batch
 from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
-from shipper.ship.sender import Attempt, Sender
+from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
 
 
@@ -167,10 +168,10 @@ def _sender(url: str, tls: TLSConfig, events: Recording | None = None, clock: Fa
     return Sender(cfg, events or Recording(), clock or FakeClock())
 
 
-def _attempt(n: int) -> Attempt:
+def _attempt(n: int) -> Batch:
     body = b"".join(orjson.dumps({"create": {"_index": "t", "_id": f"id-{i}"}}) + b"\n" +
                     orjson.dumps({"seq": i}) + b"\n" for i in range(n))
-    return Attempt(body, False, n)
+    return Batch(body, False, n)
 
 
 async def _wait_retries(ev: Recording, n: int, what: str, timeout_s: float = 20.0) -> None:

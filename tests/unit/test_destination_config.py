@@ -76,16 +76,20 @@ def test_data_stream_config() -> None:
     c = load_config_text("output:\n  elasticsearch:\n    data_stream: {dataset: myapp}\n")
     assert c.output.data_stream == DataStreamConfig("logs", "myapp", "default")
     assert c.output.index == "logs-myapp-default"
-    c = load_config_text("output:\n  elasticsearch:\n    data_stream: {type: logs, dataset: nginx.access, namespace: prod}\n")
+    c = load_config_text("output:\n  elasticsearch:\n"
+                         "    data_stream: {type: logs, dataset: nginx.access, namespace: prod}\n")
     assert c.output.index == "logs-nginx.access-prod"
     assert load_config_text("output:\n  elasticsearch:\n    data_stream: {}\n").output.index == "logs-generic-default"
 
 
+ES_ = "output:\n  elasticsearch:\n"
+
+
 @pytest.mark.parametrize("yaml_text, key, words", [
-    ("output:\n  elasticsearch:\n    data_stream: {dataset: my-app}\n", "output.elasticsearch.data_stream.dataset", "no `-`"),
-    ("output:\n  elasticsearch:\n    data_stream: {namespace: Prod}\n", "output.elasticsearch.data_stream.namespace", "lower-case"),
-    ("output:\n  elasticsearch:\n    data_stream: {dataset: x, ilm: y}\n", "output.elasticsearch.data_stream.ilm", "unknown key"),
-    ("output:\n  elasticsearch:\n    index: 'x-%Y'\n    data_stream: {dataset: x}\n", "output.elasticsearch.index", "not both"),
+    (ES_ + "    data_stream: {dataset: my-app}\n", "output.elasticsearch.data_stream.dataset", "no `-`"),
+    (ES_ + "    data_stream: {namespace: Prod}\n", "output.elasticsearch.data_stream.namespace", "lower-case"),
+    (ES_ + "    data_stream: {dataset: x, ilm: y}\n", "output.elasticsearch.data_stream.ilm", "unknown key"),
+    (ES_ + "    index: 'x-%Y'\n    data_stream: {dataset: x}\n", "output.elasticsearch.index", "not both"),
     ("inputs: [{paths: ['/a.log'], index: 'logs-a-%Y.%m.%d'}]\noutput:\n  elasticsearch:\n    data_stream: {}\n",
      "inputs[0].index", "no strftime"),
     ("output:\n  elasticsearch:\n    index_template: sometimes\n", "output.elasticsearch.index_template", "auto, off"),
@@ -110,7 +114,7 @@ def build_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_data_stream_action_lines_on_both_paths(build_path: str) -> None:
-    c = load_config_text("inputs: [{paths: ['/a.log']}]\noutput:\n  elasticsearch:\n    data_stream: {dataset: myapp}\n")
+    c = load_config_text("inputs: [{paths: ['/a.log']}]\n" + ES_ + "    data_stream: {dataset: myapp}\n")
     b = DocBuilder(c.inputs[0], c.output.index, "h")
     assert (b._native is not None) == (build_path == "native")       # the fast case stays fast
     lines = [b'{"level":30,"time":1790000000123,"msg":"pino","seq":1}', b"plain text", b'{"msg":"no time"}']

@@ -103,7 +103,8 @@ def test_identify(status: int, body: Any, headers: dict[str, str], product: str,
 
 def test_what_cannot_take_a_composable_template() -> None:
     assert unsupported(ES8) is None and unsupported(OS2) is None
-    assert "7.8 or later" in (unsupported(Distribution("elasticsearch", (7, 7, 1), "default", "elasticsearch 7.7.1")) or "")
+    old = Distribution("elasticsearch", (7, 7, 1), "default", "elasticsearch 7.7.1")
+    assert "7.8 or later" in (unsupported(old) or "")
     assert "Logstash" in (unsupported(identify(200, {"http_address": "x", "ephemeral_id": "y"})) or "")
 
 
