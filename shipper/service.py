@@ -27,6 +27,7 @@ from shipper.events import Events
 from shipper.model import PipelineStatus
 from shipper.pipeline import Pipeline
 from shipper.ship.sender import Sender
+from shipper.ship.template import guard_first_bulk
 from shipper.sources.files import FileSource
 from shipper.sources.stdin import StdinSource
 from shipper.spool import AsyncSpool, Spool, SpoolContents
@@ -94,6 +95,7 @@ def assemble(cfg: Config, spool: AsyncSpool, contents: SpoolContents, events: Ev
              ) -> tuple[Pipeline, FileSource | StdinSource]:
     """`build_pipeline` over contents already read."""
     sender = Sender(cfg, events, clock)
+    guard_first_bulk(sender.client, cfg)    # issue 17: the index template before the first bulk request
     p = Pipeline(cfg, spool, contents, sender, events, clock)
     host = host_name or socket.gethostname()
     source: FileSource | StdinSource
