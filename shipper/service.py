@@ -22,7 +22,8 @@ from shipper.clock import Clock, SystemClock
 from shipper.config import Config, InputConfig, load_config
 from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
-from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
+from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
+from shipper.monitor import Monitor
 from shipper.events import Events
 from shipper.model import PipelineStatus
 from shipper.pipeline import Pipeline

@@ -13,15 +13,14 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from shipper.config import load_config_text
 from shipper.model import FileStatus
-from shipper.metrics import (BACKLOG_MIN_BYTES, HELP, Metrics, Monitor, RateTracker, TelemetryEvents, eta_s,
-                             render_prometheus)
+from shipper.metrics import HELP, Metrics, TelemetryEvents, render_prometheus
+from shipper.monitor import BACKLOG_MIN_BYTES, Monitor, RateTracker, eta_s
 from tests.support.daemon import metric_key, parse_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
