@@ -113,7 +113,7 @@ class FileStatus:
 
 @dataclass(frozen=True, slots=True)
 class PipelineStatus:
-    """What the running pipeline shows `metrics.Monitor`, `/status` and `shipper status`."""
+    """What the running pipeline shows `monitor.Monitor`, `/status` and `shipper status`."""
 
     files: tuple[FileStatus, ...]
     queue_events: int

@@ -20,6 +20,7 @@ from shipper.sources.file_reading import FileReader
 from shipper.tail import adopt, identity, look
 from shipper.tail.catalog import Catalog
 from shipper.tail.files import Candidate, FileSet, Parked
+from shipper.tail.harvester import Harvester
 from shipper.tail.recovery import Recovery
 
 
@@ -95,7 +96,7 @@ class FileOpener:
         # first read on the loop (a 1 GiB .gz takes seconds)
         far = [f.harvester for f in files.open.values() if f.harvester.needs_seek]
         if far:
-            await asyncio.to_thread(lambda: [h.seek_compressed() for h in far])
+            await asyncio.to_thread(_seek_all, far)
 
     def _references(self, batch: list[Candidate]) -> list[look.Reference]:
         """For the copy check: the files we hold or parked of the rotation roots the batch's short
@@ -190,3 +191,8 @@ def _close_opened(job: asyncio.Future[list[look.Opened | None]]) -> None:
     for o in job.result():
         if o is not None:
             o.close()
+
+
+def _seek_all(harvesters: list[Harvester]) -> None:
+    for h in harvesters:
+        h.seek_compressed()

@@ -224,9 +224,9 @@ class FileSource:
         # after a downtime anything may have been rotated away unseen at any path we knew; later, a
         # known path with no file now (nocreate, or deleted): look once among its siblings
         for path in self.recovery.after_scan(scan_started, set(seen.values()), first):
-            idx = self._input_for(path)
-            if idx is not None:
-                self.recovery.lost_sight_of(path, idx)
+            found = self._input_for(path)
+            if found is not None:
+                self.recovery.lost_sight_of(path, found)
         await self.recovery.resolve_orphans(seen)
         await self.opener.open_waiting()
         if self.recovery.dirty:
