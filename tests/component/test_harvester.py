@@ -501,6 +501,35 @@ async def test_max_open_files_over_many_active_files(make_rig: RigFactory, tmp_p
     assert_once(rig, expected)
 
 
+async def test_max_open_files_is_exact_through_copytruncate_at_the_cap(make_rig: RigFactory, tmp_path: Path) -> None:
+    """The cap counts every log fd: the files read (all slots but one), the copy a truncation reads
+    its unread range from (a slot freed by parking an idle file first, or the copy waits for one),
+    and the short looks (the one slot kept for them). Every line still arrives exactly once."""
+    rig = make_rig(max_open_files=4)
+    logs = tmp_path / "logs"
+    files = [logs / f"c{i:02d}.log" for i in range(8)]
+    expected: list[str] = []
+    peak = 0
+    for r in range(3):
+        for f in files:
+            msg = f"{f.name} round {r} before"
+            write(f, msg)
+            expected.append(msg)
+        await rig.step()
+        peak = max(peak, rig.open_fds(logs))
+        for f in files[:4]:
+            rotate_copytruncate(f)                 # the unread rest lives in f.1 now
+            msg = f"{f.name} round {r} after"
+            write(f, msg)
+            expected.append(msg)
+            await rig.step()
+            peak = max(peak, rig.open_fds(logs), len(rig.p.sources))
+    await rig.settle()
+    peak = max(peak, rig.open_fds(logs))
+    assert peak <= 4
+    assert_once(rig, expected)
+
+
 # ---------------------------------------------------------------- checkpoint store hygiene
 
 async def test_checkpoints_of_removed_files_are_forgotten_after_the_grace(make_rig: RigFactory, tmp_path: Path) -> None:
