@@ -221,9 +221,11 @@ static int parse_string(parser_t *P, int *escaped) {
  * refuses infinity). *is_int and *value describe integers within long long; larger ones get
  * *is_int = 0, which only means "not a pino time or level" to the callers. */
 static int parse_number(parser_t *P, int *is_int, long long *value) {
-    const unsigned char *s = P->s, *e = P->e;
+    /* the scan stops one byte past MAX_NUMBER_BYTES: a token that reaches that end is too long
+     * (handed over below, or refused where it was cut), and a shorter one reads as if unbounded */
+    const unsigned char *s = P->s, *e = P->e - P->s > MAX_NUMBER_BYTES ? P->s + MAX_NUMBER_BYTES + 1 : P->e;
     int neg = 0, has_frac = 0, overflow = 0;
-    Py_ssize_t int_digits = 0;     /* not an int: a 2 GiB run of digits must not wrap it */
+    Py_ssize_t int_digits = 0;     /* <= MAX_NUMBER_BYTES; never an int that a long run could wrap */
     uint64_t v = 0;
     if (s < e && *s == '-') {
         neg = 1;
@@ -256,8 +258,6 @@ static int parse_number(parser_t *P, int *is_int, long long *value) {
         while (s < e && *s >= '0' && *s <= '9')
             s++;
     }
-    if (s - P->s > MAX_NUMBER_BYTES)
-        return 0;  /* before the exponent too: a long mantissa is the fallback's */
     long long exp10 = 0;
     int has_exp = 0;
     if (s < e && (*s == 'e' || *s == 'E')) {
