@@ -51,6 +51,14 @@ class _EnvValue(str):
     __slots__ = ()
 
 
+# max_line_bytes' upper bound, 64MiB: a longer line could not be indexed anyway (Elasticsearch
+# refuses a request over http.max_content_length, 100mb by default, and a line's document is
+# larger than the line: added fields, JSON escapes), every line is held whole in memory on its
+# way, and it keeps lengths far below the 2**31 where 32-bit counters of C parsers wrap.
+MAX_LINE_BYTES_LIMIT = (64 * 1024 * 1024, "64MiB: a longer line could not be indexed, Elasticsearch refuses "
+                        "requests over 100mb by default, and each line is held whole in memory")
+
+
 @dataclass(frozen=True, slots=True)
 class MultilineConfig:
     start: str
@@ -311,10 +319,13 @@ class _Section:
         except ConfigError as e:
             raise self.lines.error(self.key(name), e.message) from None
 
-    def size(self, name: str, default: int, minimum: int = 0) -> int:
+    def size(self, name: str, default: int, minimum: int = 0, maximum: tuple[int, str] | None = None) -> int:
+        """`maximum`: (bytes, why), the why said in the error."""
         v = int(self.wrap(name, parse_size, default))
         if v < minimum:
             raise self.lines.error(self.key(name), f"must be at least {minimum} bytes")
+        if maximum is not None and v > maximum[0]:
+            raise self.lines.error(self.key(name), f"must be at most {maximum[0]} bytes ({maximum[1]})")
         return v
 
     def duration(self, name: str, default: float, positive: bool = False) -> float:
@@ -501,7 +512,7 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         start_at=start_at,
         scan_interval_s=s.duration("scan_interval", 10.0, positive=True),
         index=s.string("index", None),
-        max_line_bytes=s.size("max_line_bytes", 1024 * 1024, minimum=16),
+        max_line_bytes=s.size("max_line_bytes", 1024 * 1024, minimum=16, maximum=MAX_LINE_BYTES_LIMIT),
         timezone="UTC" if tz == "utc" else tz,
         include_lines=include_lines,
         exclude_lines=exclude_lines,
