@@ -207,7 +207,7 @@ class Monitor:
     the status document (`shipper status`, /status, status.json) and the periodic progress line.
 
     `p` is a `Pipeline` (duck-typed: file_status(), queue_events/bytes, output_up, last_error,
-    bytes_at_risk(), spool.spool.dead_letters, client.hosts). Times are passed in (monotonic).
+    bytes_at_risk(), spool.dead_letters, client.hosts). Times are passed in (monotonic).
     """
 
     def __init__(self, metrics: Metrics, events: TelemetryEvents, health_down_after_s: float = 60.0,
@@ -253,7 +253,7 @@ class Monitor:
         m.set("shipper_bytes_at_risk", p.bytes_at_risk())
         m.set("shipper_queue_events", p.queue_events)
         m.set("shipper_queue_bytes", p.queue_bytes)
-        m.set("shipper_dead_letter_events", p.spool.spool.dead_letters)
+        m.set("shipper_dead_letter_events", p.spool.dead_letters)
         down = self.down_for_s(p, now)
         m.set("shipper_output_down_seconds", round(down, 1) if down is not None else 0)
         eta = self._total_eta(files, p.queue_events)
@@ -300,7 +300,7 @@ class Monitor:
             "updated": time.time(), "started": self.started,
             "files": files,
             "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0},
-            "dead_letter": p.spool.spool.dead_letters if p else 0,
+            "dead_letter": p.spool.dead_letters if p else 0,
             "output": {"up": bool(p.output_up) if p else False,
                        "last_error": redact(p.last_error) if p and p.last_error else None,
                        "down_since": wall_down, "down_for_s": _round(down),

@@ -8,7 +8,7 @@ An event (one line, or a multiline group) has the same shape; its offset is its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Line = tuple[int, int, bytes, int]
@@ -41,6 +41,25 @@ class Checkpoint:
     def from_dict(cls, d: dict[str, Any]) -> "Checkpoint":
         return cls(d["incarnation"], d["path"], d["dev"], d["inode"], d["fp_len"], d["fp"], d["offset"],
                    d.get("size", 0), d.get("updated", 0.0), d.get("finished", False))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    """A batch in the spool: one bulk request, stored (gzip-compressed once, or plain) until acked.
+
+    `covers` maps each file incarnation the batch has lines of to the byte range (start, end)
+    they were read from; a file counts as shipped up to an offset only when no queued batch
+    covers anything below it. Sizes are the NDJSON body's (`raw_bytes`) and what is stored and
+    posted (`stored_bytes`). `at` is the wall time it was queued.
+    """
+
+    seq: int
+    events: int
+    raw_bytes: int
+    stored_bytes: int
+    gzipped: bool
+    covers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
 from shipper.pipeline import Pipeline
-from shipper.spool import AsyncSpool, Spool
+from shipper.spool import AsyncSpool
 
 log = logging.getLogger("shipper")
 
@@ -97,8 +97,7 @@ class Service:
     async def startup(self) -> None:
         register_config_secrets(self.cfg)
         self.lock = StateLock(self.cfg.state_dir)
-        spool = await asyncio.to_thread(Spool, self.cfg.state_dir)
-        self.spool = AsyncSpool(spool)
+        self.spool = await AsyncSpool.open(self.cfg.state_dir)
         self.pipeline = Pipeline(self.cfg, self.spool, self.events, self.clock)
         if self.cfg.metrics.listen:
             self._metrics_runner = await serve_metrics(self.cfg.metrics.listen, self.metrics, self.health,
@@ -258,7 +257,7 @@ class Service:
         assert self.spool is not None
         # a cancelled sender's ack may still run on the spool thread: the new pipeline reads the
         # queue and checkpoints once every call submitted before has finished (one worker, FIFO)
-        await self.spool.call(_noop)
+        await self.spool.flush()
         self.pipeline = Pipeline(new, self.spool, self.events, self.clock)
         self._start_pipeline_tasks()
         self.events.info("config reloaded", inputs=len(new.inputs))

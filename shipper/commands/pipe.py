@@ -30,7 +30,7 @@ from shipper.parse.document import DocBuilder
 from shipper.pipeline import Pipeline
 from shipper.service import STATUS_EVERY_S, StateLock, register_config_secrets, write_status
 from shipper.ship.client import redact_url
-from shipper.spool import AsyncSpool, Spool
+from shipper.spool import AsyncSpool
 from shipper.tail import identity
 from shipper.tail.lines import LineSplitter
 
@@ -259,10 +259,11 @@ class PipeRun:
         lock = StateLock(cfg.state_dir)
         runner = None
         aspool: AsyncSpool | None = None
+        remaining = 0
         senders: list[asyncio.Task[None]] = []
         loop = asyncio.get_running_loop()
         try:
-            aspool = AsyncSpool(await asyncio.to_thread(Spool, cfg.state_dir))
+            aspool = await AsyncSpool.open(cfg.state_dir)
             p = self.p = Pipeline(cfg, aspool, self.events, SystemClock())
             self.src = StdinSource(p, self.inp, self.fd)
             if cfg.metrics.listen:
@@ -318,6 +319,7 @@ class PipeRun:
             if runner is not None:
                 await runner.cleanup()
             if aspool is not None:
+                remaining = (await aspool.contents()).queued_events
                 await aspool.close()
                 if self.p is not None:
                     try:
@@ -329,9 +331,8 @@ class PipeRun:
             lock.release()
         assert self.p is not None and aspool is not None
         p = self.p
-        remaining = aspool.spool.queued_events
         log.info("pipe finished", extra={"read_total": p.read_total, "shipped_total": p.shipped_total,
-                                         "dead_letter": aspool.spool.dead_letters, "queued": remaining})
+                                         "dead_letter": aspool.dead_letters, "queued": remaining})
         if remaining == 0:
             return 0
         self._tell_how_to_resume(remaining, p.last_error)

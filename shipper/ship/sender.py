@@ -24,7 +24,7 @@ from shipper.ship import bulk as bulkproto
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient, Reply
 from shipper.ship.concurrency import AdaptiveLimit
-from shipper.spool import decode_body, gzip_compress
+from shipper.codec import decode_body, gzip_compress
 
 log = logging.getLogger("shipper.output")
 

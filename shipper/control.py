@@ -1,0 +1,83 @@
+"""Dead-letter requests to a running daemon: files in state_dir, left by `shipper dlq` and claimed
+by the daemon. Owns only the file protocol; the daemon's spool thread does the work.
+
+`shipper dlq replay|purge` must not write the spool beside the daemon (its in-memory queue would
+not know the new batches), so it leaves a request file; the daemon claims it by renaming it,
+acts through its own spool and writes the answer. A claimed request that a crash interrupted is
+acted on at the next start (replay and purge are idempotent). File names and contents are the
+ones earlier versions used, so a command and a daemon of different versions still understand
+each other.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, cast
+
+DlqAction = Literal["replay", "purge"]
+
+DLQ_REQUEST = "dlq.request"
+DLQ_ANSWER = "dlq.answer"
+DLQ_ACTIONS: tuple[DlqAction, ...] = ("replay", "purge")
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """The reader never sees half a file: written beside it, then renamed over it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def dlq_request(state_dir: str, action: DlqAction, nonce: str) -> None:
+    """Leave a request for the daemon."""
+    _write_atomically(os.path.join(state_dir, DLQ_REQUEST), f"{action} {nonce}\n")
+
+
+def dlq_cancel(state_dir: str) -> bool:
+    """Withdraw an unclaimed request; False when the daemon has claimed it already."""
+    try:
+        os.unlink(os.path.join(state_dir, DLQ_REQUEST))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def dlq_claim(state_dir: str) -> tuple[DlqAction, str, str] | None:
+    """The daemon's side: (action, nonce, claimed path) of a pending request, or None. A request
+    claimed before a crash is returned again; one with an unknown action is dropped."""
+    path = os.path.join(state_dir, DLQ_REQUEST)
+    claimed = path + ".claimed"
+    if not os.path.exists(claimed):
+        try:
+            os.rename(path, claimed)
+        except FileNotFoundError:
+            return None
+    try:
+        with open(claimed) as f:
+            action, _, nonce = f.read().strip().partition(" ")
+    except OSError:
+        return None
+    if action not in DLQ_ACTIONS:
+        os.unlink(claimed)
+        return None
+    return cast(DlqAction, action), nonce, claimed
+
+
+def dlq_answer(state_dir: str, claimed: str, nonce: str, action: DlqAction, count: int) -> None:
+    """The daemon's answer (events re-queued or purged), then the claimed request is removed."""
+    _write_atomically(os.path.join(state_dir, DLQ_ANSWER), f"{nonce} {action} {count}\n")
+    try:
+        os.unlink(claimed)
+    except FileNotFoundError:
+        pass
+
+
+def dlq_read_answer(state_dir: str, nonce: str) -> int | None:
+    """The count the daemon answered for this request, or None while there is no answer yet."""
+    try:
+        with open(os.path.join(state_dir, DLQ_ANSWER)) as f:
+            got, _action, count = f.read().split()
+    except (OSError, ValueError):
+        return None
+    return int(count) if got == nonce else None

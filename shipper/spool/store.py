@@ -1,0 +1,429 @@
+"""The durable queue and checkpoints on diskcache's public API: batches, file offsets, dead letters.
+
+A batch is one bulk request's body (gzip-compressed once, here, off the event loop) plus the
+file ranges it covers. The checkpoints read up to are written in the same transaction as the
+batches, so a restart resumes exactly after what was queued; a batch leaves only when
+Elasticsearch acked it. Blocking: one thread only (`AsyncSpool` runs every call on its own
+worker); commands and tests use it directly while no daemon runs. Layout: `rows.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+import diskcache
+
+from shipper.codec import gzip_compress
+from shipper.errors import SpoolCorruptError, SpoolFullError
+from shipper.model import BatchMeta, Checkpoint, DeadLetter
+from shipper.spool import rows
+
+T = TypeVar("T")
+Bodies = list[tuple[bytes, int]]                 # (NDJSON body, events) per batch
+BodiesOrMaker = Bodies | Callable[[], Bodies]     # a maker runs on the spool thread (a large join releases the GIL)
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolContents:
+    """A snapshot of what the spool holds, taken on the spool thread: copies, safe to keep."""
+
+    pending: tuple[BatchMeta, ...]               # queued batches, in seq order
+    checkpoints: tuple[Checkpoint, ...]
+    dead_letters: int
+
+    @property
+    def queued_events(self) -> int:
+        return sum(m.events for m in self.pending)
+
+    @property
+    def queued_bytes(self) -> int:
+        return sum(m.stored_bytes for m in self.pending)
+
+    def shipped_offsets(self) -> dict[str, int]:
+        return shipped_offsets(self.checkpoints, self.pending)
+
+
+def shipped_offsets(checkpoints: Iterable[Checkpoint], pending: Iterable[BatchMeta]) -> dict[str, int]:
+    """Per incarnation: the offset below which everything is acknowledged."""
+    out = {cp.incarnation: cp.offset for cp in checkpoints}
+    for m in pending:
+        for inc, (start, _end) in m.covers.items():
+            if inc in out and start < out[inc]:
+                out[inc] = start
+    return out
+
+
+class Spool:
+    """Synchronous spool. Not thread-safe: one caller thread only.
+
+    Where a checkpoint lives: a commit's checkpoints ride in its last batch's row (one set(), one
+    transaction). They move to their own `c:` rows only when that batch is acked while it still
+    carries the newest checkpoint of a file (nothing newer was committed since: the queue ran
+    dry), so under load an ack is one delete. Checkpoint-only commits write `c:` rows directly.
+    """
+
+    def __init__(self, state_dir: str, *, read_only: bool = False) -> None:
+        path = os.path.join(state_dir, "spool")
+        if read_only and not os.path.isdir(path):
+            raise FileNotFoundError(path)
+        os.makedirs(path, exist_ok=True)
+        self.path = path
+        self.read_only = read_only
+        self.cache = diskcache.Cache(
+            path,
+            size_limit=2**62,
+            eviction_policy="none",
+            cull_limit=0,
+            statistics=False,
+            tag_index=False,
+            disk_min_file_size=2**30,   # bodies live in SQLite: one transaction covers everything
+            sqlite_synchronous=1,       # NORMAL in WAL mode: durable across process kill
+            # diskcache's defaults (32 MiB page cache, 64 MiB mmap) make RSS grow with the queue
+            # while the destination is slow; the queue is written and read sequentially anyway.
+            sqlite_cache_size=256,
+            sqlite_mmap_size=0,
+        )
+        self.pending: dict[int, BatchMeta] = {}
+        self.checkpoints: dict[str, Checkpoint] = {}
+        self.dead_letters = 0
+        self.next_seq = 1
+        self._version = 0                                   # the newest checkpoint version stored
+        self._carries: dict[int, dict[str, dict[str, Any]]] = {}   # seq -> checkpoints its row holds
+        self._carrier: dict[str, int] = {}                  # incarnation -> seq whose row holds its newest checkpoint
+        self._legacy: set[int] = set()                      # batches in the old two-row layout
+        self._autocheckpoint: int | None = None
+        self._load()
+
+    # ---------------------------------------------------------------- opening
+
+    def _load(self) -> None:
+        cache = self.cache
+        keys = list(cache.iterkeys())
+        legacy: dict[int, dict[str, Any]] = {}
+        newest: dict[str, tuple[int, dict[str, Any], int | None]] = {}    # inc -> (version, dict, carrier)
+
+        def offer(d: dict[str, Any], carrier: int | None) -> None:
+            v = int(d.get("v", 0))
+            self._version = max(self._version, v)
+            cur = newest.get(d["incarnation"])
+            if cur is None or v > cur[0]:
+                newest[d["incarnation"]] = (v, d, carrier)
+
+        for key in keys:
+            if not isinstance(key, str):
+                continue
+            if key.startswith(rows.LEGACY_META):
+                m = cache.get(key)
+                if m is not None:
+                    legacy[int(key[len(rows.LEGACY_META):])] = m
+            elif key.startswith(rows.CHECKPOINT):
+                d = cache.get(key)
+                if d is not None:
+                    offer(d, None)
+            elif key.startswith(rows.DEAD_LETTER):
+                self.dead_letters += 1
+        orphans = []
+        for seq in sorted(legacy):
+            self.pending[seq] = rows.legacy_meta(seq, legacy[seq])
+            self._legacy.add(seq)
+            self.next_seq = max(self.next_seq, seq + 1)
+        for key in keys:
+            if not isinstance(key, int) or key in legacy:
+                continue
+            self.next_seq = max(self.next_seq, key + 1)
+            value = cache.get(key)
+            if not rows.is_batch_row(value):
+                # a legacy body whose metadata never made it (cannot happen: one transaction) or
+                # one acked but not yet deleted: harmless, removed
+                orphans.append(key)
+                continue
+            assert isinstance(value, bytes)
+            try:
+                row = rows.unpack_batch(key, value)
+            except rows.BadRow as e:
+                raise SpoolCorruptError(self.db_path, key, str(e)) from e
+            self.pending[key] = row.meta
+            if row.checkpoints:
+                self._carries[key] = row.checkpoints
+                for d in row.checkpoints.values():
+                    offer(d, key)
+        self.pending = dict(sorted(self.pending.items()))
+        for inc, (_v, d, carrier) in newest.items():
+            self.checkpoints[inc] = Checkpoint.from_dict(d)
+            if carrier is not None:
+                self._carrier[inc] = carrier
+        if not self.read_only:
+            for key in orphans:
+                cache.delete(key)
+
+    def close(self) -> None:
+        self.cache.close()
+
+    @property
+    def db_path(self) -> str:
+        return os.path.join(self.path, diskcache.core.DBNAME)
+
+    def set_autocheckpoint(self, pages: int) -> None:
+        """On this thread's connection: checkpoint the WAL after a commit that leaves it over `pages`
+        pages (SQLite's default 1000), or never (0: someone else checkpoints, see AsyncSpool)."""
+        self._autocheckpoint = pages
+        self.cache.reset("sqlite_wal_autocheckpoint", pages, update=False)
+
+    def contents(self) -> SpoolContents:
+        return SpoolContents(tuple(self.pending.values()),
+                             tuple(dataclasses.replace(cp) for cp in self.checkpoints.values()), self.dead_letters)
+
+    # ---------------------------------------------------------------- accounting
+
+    @property
+    def queued_events(self) -> int:
+        return sum(m.events for m in self.pending.values())
+
+    @property
+    def queued_bytes(self) -> int:
+        return sum(m.stored_bytes for m in self.pending.values())
+
+    def shipped_offsets(self) -> dict[str, int]:
+        """Per incarnation: the offset below which everything is acknowledged."""
+        return shipped_offsets(self.checkpoints.values(), self.pending.values())
+
+    # ---------------------------------------------------------------- writing
+
+    def _guard(self, fn: Callable[[], T]) -> T:
+        """Run a write; a full disk becomes SpoolFullError. After any failure this thread's
+        connection is closed: SQLite may leave a transaction open after a failed COMMIT (a
+        full disk), and closing rolls it back. The next call opens a new one."""
+        try:
+            return fn()
+        except BaseException as e:
+            self._reconnect()
+            if isinstance(e, sqlite3.OperationalError):
+                msg = str(e).lower()
+                if "full" in msg or "disk" in msg:
+                    raise SpoolFullError(f"state_dir is full: {e}") from e
+            elif isinstance(e, OSError) and e.errno == 28:      # ENOSPC
+                raise SpoolFullError(f"state_dir is full: {e}") from e
+            raise
+
+    def _reconnect(self) -> None:
+        self.cache.close()
+        if self._autocheckpoint is not None:
+            try:
+                self.cache.reset("sqlite_wal_autocheckpoint", self._autocheckpoint, update=False)
+            except sqlite3.Error:
+                pass            # applied again at the next failure; the checkpointer still runs
+
+    def _stamp(self, checkpoints: Iterable[Checkpoint]) -> dict[str, dict[str, Any]]:
+        """Checkpoints as stored, with the version of this write (one more than any stored)."""
+        v = self._version + 1
+        return {cp.incarnation: dict(cp.to_dict(), v=v) for cp in checkpoints}
+
+    def _remember(self, stamped: dict[str, dict[str, Any]], carrier: int | None) -> None:
+        if not stamped:
+            return
+        self._version += 1
+        for inc, d in stamped.items():
+            self.checkpoints[inc] = Checkpoint.from_dict(d)
+            if carrier is None:
+                self._carrier.pop(inc, None)
+            else:
+                self._carrier[inc] = carrier
+
+    def commit(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
+               checkpoints: Iterable[Checkpoint], gzip: bool) -> list[tuple[BatchMeta, bytes]]:
+        """Store batches (each one bulk request: body, event count) and the checkpoints they advance,
+        all in one transaction. Every batch carries the covers, so a file counts as shipped only
+        when all of them are acked. Returns each batch's metadata and stored body (posted as is).
+        With no bodies (only checkpoint moves: filtered or empty lines) no batch is stored.
+        """
+        made = bodies() if callable(bodies) else bodies
+        stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in made if n]
+        stamped = self._stamp(checkpoints)
+        if not stored:
+            self._write_checkpoints(stamped)
+            return []
+        now = time.time()
+        out: list[tuple[BatchMeta, bytes]] = []
+        values: list[tuple[int, bytes]] = []
+        for i, (st, raw_len, n) in enumerate(stored):
+            meta = BatchMeta(self.next_seq + i, n, raw_len, len(st), gzip, dict(covers), now)
+            values.append((meta.seq, rows.pack_batch(meta, stamped if i == len(stored) - 1 else {}, st)))
+            out.append((meta, st))
+
+        def tx() -> None:
+            if len(values) == 1:
+                self.cache.set(*values[0])          # a transaction of its own
+                return
+            with self.cache.transact():
+                for seq, value in values:
+                    self.cache.set(seq, value)
+
+        self._guard(tx)
+        last = out[-1][0].seq
+        self.next_seq = last + 1
+        for meta, _ in out:
+            self.pending[meta.seq] = meta
+        if stamped:
+            self._carries[last] = stamped
+        self._remember(stamped, last)
+        return out
+
+    def save_checkpoints(self, checkpoints: Iterable[Checkpoint]) -> None:
+        self._write_checkpoints(self._stamp(checkpoints))
+
+    def _write_checkpoints(self, stamped: dict[str, dict[str, Any]]) -> None:
+        if not stamped:
+            return
+
+        def tx() -> None:
+            with self.cache.transact():
+                for inc, d in stamped.items():
+                    self.cache.set(rows.CHECKPOINT + inc, d)
+
+        self._guard(tx)
+        self._remember(stamped, None)
+
+    def forget_checkpoints(self, incarnations: Iterable[str]) -> list[str]:
+        """Delete the checkpoints of these incarnations, except those a queued batch still covers
+        or carries (a restart must know where they stand until it is acked). Returns those deleted."""
+        busy: set[str] = set()
+        for m in self.pending.values():
+            busy.update(m.covers)
+        for carried in self._carries.values():
+            busy.update(carried)
+        incs = [inc for inc in incarnations if inc not in busy and inc in self.checkpoints]
+        if not incs:
+            return []
+
+        def tx() -> None:
+            with self.cache.transact():
+                for inc in incs:
+                    self.cache.delete(rows.CHECKPOINT + inc)
+
+        self._guard(tx)
+        for inc in incs:
+            self.checkpoints.pop(inc, None)
+        return incs
+
+    def read(self, seq: int) -> bytes | None:
+        """A queued batch's stored body, or None when it is not queued. Raises SpoolCorruptError."""
+        value = self.cache.get(seq)
+        if not isinstance(value, bytes):
+            return None
+        if seq in self._legacy:
+            return value
+        try:
+            return rows.batch_body(rows.unpack_batch(seq, value), value)
+        except rows.BadRow as e:
+            raise SpoolCorruptError(self.db_path, seq, str(e)) from e
+
+    def ack(self, seq: int, dead: Sequence[DeadLetter] = ()) -> int:
+        """Elasticsearch acknowledged the batch: it leaves, its dead letters (if any) are stored in
+        the same transaction. Returns the number of dead letters stored."""
+        dl = list(dead)
+        legacy = seq in self._legacy
+        settle = {inc: d for inc, d in self._carries.get(seq, {}).items() if self._carrier.get(inc) == seq}
+
+        def tx() -> None:
+            if not dl and not settle and not legacy:
+                self.cache.delete(seq)              # the usual ack: a transaction of its own
+                return
+            with self.cache.transact():
+                if dl:
+                    n = int(self.cache.get(rows.NEXT_DEAD_LETTER, 0))
+                    for d in dl:
+                        n += 1
+                        self.cache.set(f"{rows.DEAD_LETTER}{n:016d}", rows.dead_letter_value(
+                            d.index, d.reason, d.status, d.document, d.at, d.doc_id))
+                    self.cache.set(rows.NEXT_DEAD_LETTER, n)
+                self.cache.delete(seq)
+                if legacy:
+                    self.cache.delete(f"{rows.LEGACY_META}{seq}")
+                for inc, d in settle.items():
+                    self.cache.set(rows.CHECKPOINT + inc, d)
+
+        self._guard(tx)
+        self.pending.pop(seq, None)
+        self._carries.pop(seq, None)
+        self._legacy.discard(seq)
+        for inc in settle:
+            self._carrier.pop(inc, None)
+        self.dead_letters += len(dl)
+        return self.dead_letters
+
+    def replace(self, seq: int, body: bytes, events: int, gzip: bool) -> BatchMeta | None:
+        """Shrink a partly delivered batch to what is still to send (so a restart re-sends less)."""
+        meta = self.pending.get(seq)
+        if meta is None:
+            return None
+        stored = gzip_compress(body) if gzip else body
+        new = BatchMeta(seq, events, len(body), len(stored), gzip, meta.covers, meta.at)
+        value = rows.pack_batch(new, self._carries.get(seq, {}), stored)
+        legacy = seq in self._legacy
+
+        def tx() -> None:
+            with self.cache.transact():
+                self.cache.set(seq, value)
+                if legacy:
+                    self.cache.delete(f"{rows.LEGACY_META}{seq}")
+
+        self._guard(tx)
+        self._legacy.discard(seq)
+        self.pending[seq] = new
+        return new
+
+    # ---------------------------------------------------------------- dead letters
+
+    def dead_letter_items(self) -> list[tuple[str, dict[str, Any]]]:
+        out = []
+        for key in self.cache.iterkeys():
+            if isinstance(key, str) and key.startswith(rows.DEAD_LETTER):
+                v = self.cache.get(key)
+                if v is not None:
+                    out.append((key, v))
+        out.sort()
+        return out
+
+    def purge_dead_letters(self) -> int:
+        keys = [k for k, _ in self.dead_letter_items()]
+
+        def tx() -> None:
+            with self.cache.transact():
+                for k in keys:
+                    self.cache.delete(k)
+
+        self._guard(tx)
+        self.dead_letters = 0
+        return len(keys)
+
+    def replay_dead_letters(self, make_bodies: Callable[[list[dict[str, Any]]], Bodies],
+                            gzip: bool) -> list[tuple[BatchMeta, bytes]]:
+        """Re-queue every dead letter as new batches (bodies from `make_bodies`, each one bulk request)
+        and drop them from the dead-letter queue, in one transaction. Returns the new batches."""
+        items = self.dead_letter_items()
+        if not items:
+            return []
+        stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in make_bodies([v for _, v in items]) if n]
+        now = time.time()
+        out = [(BatchMeta(self.next_seq + i, n, raw_len, len(st), gzip, {}, now), st)
+               for i, (st, raw_len, n) in enumerate(stored)]
+
+        def tx() -> None:
+            with self.cache.transact():
+                for meta, st in out:
+                    self.cache.set(meta.seq, rows.pack_batch(meta, {}, st))
+                for k, _ in items:
+                    self.cache.delete(k)
+
+        self._guard(tx)
+        for meta, _ in out:
+            self.pending[meta.seq] = meta
+        if out:
+            self.next_seq = out[-1][0].seq + 1
+        self.dead_letters = 0
+        return out
