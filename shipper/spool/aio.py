@@ -75,8 +75,11 @@ class AsyncSpool:
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
         try:
             spool = await asyncio.get_running_loop().run_in_executor(executor, _open, state_dir)
+        except Exception:
+            executor.shutdown(wait=True)        # the open has ended: the thread is idle, it ends at once
+            raise
         except BaseException:
-            executor.shutdown(wait=False)
+            executor.shutdown(wait=False)       # cancelled: the open may still run; its thread ends after
             raise
         return cls(spool, executor, checkpoint_every_s)
 

@@ -195,13 +195,15 @@ class Spool:
     # ---------------------------------------------------------------- writing
 
     def _guard(self, fn: Callable[[], T]) -> T:
-        """Run a write; a full disk becomes SpoolFullError. After any failure this thread's
-        connection is closed: SQLite may leave a transaction open after a failed COMMIT (a
-        full disk), and closing rolls it back. The next call opens a new one."""
+        """Run a write; a full disk becomes SpoolFullError. diskcache rolls a failed statement's
+        transaction back, but not a failed COMMIT, after which SQLite may leave the transaction
+        open (a full disk hits at COMMIT, when the WAL is written): every later write would then
+        fail to begin. So after a failure an empty transaction probes the connection, and if it
+        cannot begin, the connection is closed (which rolls back) and the next call opens anew."""
         try:
             return fn()
         except BaseException as e:
-            self._reconnect()
+            self._recover()
             if isinstance(e, sqlite3.OperationalError):
                 msg = str(e).lower()
                 if "full" in msg or "disk" in msg:
@@ -210,7 +212,14 @@ class Spool:
                 raise SpoolFullError(f"state_dir is full: {e}") from e
             raise
 
-    def _reconnect(self) -> None:
+    def _recover(self) -> None:
+        try:
+            with self.cache.transact():
+                return
+        except diskcache.Timeout:       # BEGIN failed: a transaction is still open on this connection
+            pass
+        except sqlite3.Error:
+            pass
         self.cache.close()
         if self._autocheckpoint is not None:
             try:

@@ -516,11 +516,11 @@ async def test_checkpoints_of_removed_files_are_forgotten_after_the_grace(make_r
     for i in range(1, 5):
         (logs / f"gone{i}.log").unlink()
     await rig.settle(steps=3, advance_s=2.0)
-    assert len(rig.spool.spool.checkpoints) >= 6
+    assert len(rig.spool._spool.checkpoints) >= 6
     assert await rig.p.clean_checkpoints() == 0, "not before the grace period"
     rig.clock.advance_wall(11.0)
     assert await rig.p.clean_checkpoints() == 4
-    paths = {cp.path for cp in rig.spool.spool.checkpoints.values()}
+    paths = {cp.path for cp in rig.spool._spool.checkpoints.values()}
     assert str(app) in paths and str(keep_gz) in paths
     assert not any(f"gone{i}.log" in p for p in paths for i in range(1, 5))
     await rig.restart()

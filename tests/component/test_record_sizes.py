@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from shipper.spool import decode_body
+from shipper.codec import decode_body
 from shipper.ship import bulk as bulkproto
 from tests.support.pipeline_rig import Rig
 
@@ -37,7 +37,7 @@ async def test_a_backlog_goes_in_full_records_without_small_split_bodies(tmp_pat
             while p.outbox:
                 meta, body = p.outbox.popleft()
                 if body is None:
-                    body = rig.spool.spool.read(meta.seq)
+                    body = rig.spool._spool.read(meta.seq)
                 assert body is not None
                 pairs = bulkproto.split_pairs(decode_body(body, meta.gzipped))
                 sizes.append(len(pairs))

@@ -22,7 +22,8 @@ import orjson
 import pytest
 
 from shipper.model import Checkpoint, DeadLetter
-from shipper.spool import AsyncSpool, Spool, decode_body
+from shipper.codec import decode_body
+from shipper.spool import AsyncSpool, Spool
 from tests.support.daemon import REPO_ROOT
 from tests.support.wait import wait_until
 
@@ -184,15 +185,15 @@ def test_dead_letter_numbering_continues_after_reopen(spool: Spool) -> None:
 # ---------------------------------------------------------------- AsyncSpool
 
 async def test_async_spool_runs_every_call_on_one_thread(tmp_path: Path) -> None:
-    a = AsyncSpool(Spool(str(tmp_path)))
+    a = await AsyncSpool.open(str(tmp_path))
     seen: set[int] = set()
 
     def who() -> int:
         seen.add(threading.get_ident())
         return threading.get_ident()
 
-    results = await asyncio.gather(*(a.call(who) for _ in range(20)))
-    recs = await asyncio.gather(*(a.call(a.spool.commit, [(body(1), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
+    results = await asyncio.gather(*(a._call(who) for _ in range(20)))
+    recs = await asyncio.gather(*(a.commit([(body(1), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
                                   for i in range(10)))
     assert len(seen) == 1 and threading.get_ident() not in seen and len(set(results)) == 1
     assert sorted(m.seq for r in recs for m, _ in r) == list(range(1, 11))
@@ -202,13 +203,14 @@ async def test_async_spool_runs_every_call_on_one_thread(tmp_path: Path) -> None
 async def test_async_spool_checkpoints_the_wal_off_the_spool_thread(tmp_path: Path) -> None:
     """A checkpoint's fdatasync can take seconds on a busy disk: the spool thread never runs one
     (autocheckpoint off on its connection), a second thread copies the WAL into the database."""
-    a = AsyncSpool(Spool(str(tmp_path)), checkpoint_every_s=0.05)
-    db = os.path.join(a.spool.path, "cache.db")
+    a = await AsyncSpool.open(str(tmp_path), checkpoint_every_s=0.05)
+    db = os.path.join(tmp_path, "spool", "cache.db")
     size0 = os.path.getsize(db)
-    pages = await a.call(lambda: a.spool.cache._sql("PRAGMA wal_autocheckpoint").fetchone()[0])
+    # test-only look at the spool thread's own connection
+    pages = await a._call(lambda: a._spool.cache._sql("PRAGMA wal_autocheckpoint").fetchone()[0])
     assert pages == 0
     for i in range(40):      # ~2.4 MB: under SQLite's own 1000-page autocheckpoint, so only the thread copies it
-        await a.call(a.spool.commit, [(os.urandom(60_000), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
+        await a.commit([(os.urandom(60_000), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
     await asyncio.to_thread(wait_until, lambda: os.path.getsize(db) > size0 + 2_000_000,
                             "the WAL checkpointed into cache.db by the checkpoint thread")
     await a.close()

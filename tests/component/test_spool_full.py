@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,18 @@ from tests.support.pipeline_rig import FakeClock, RecordingEvents
 
 
 def _fill(spool: Spool, spare_pages: int = 4) -> None:
-    pages = spool.cache._sql("PRAGMA page_count").fetchone()[0]
-    spool.cache._sql(f"PRAGMA max_page_count = {pages + spare_pages}")
+    """On the calling thread's connection (a per-connection limit): the database may grow by
+    spare_pages pages, then writes fail with SQLITE_FULL."""
+    con = sqlite3.connect(spool.db_path)
+    try:
+        pages = con.execute("PRAGMA page_count").fetchone()[0]
+    finally:
+        con.close()
+    spool.cache.reset("sqlite_max_page_count", pages + spare_pages, update=False)
 
 
 def _unfill(spool: Spool) -> None:
-    spool.cache._sql("PRAGMA max_page_count = 1073741823")
+    spool.cache.reset("sqlite_max_page_count", 1073741823, update=False)
 
 
 def _cp(offset: int) -> Checkpoint:
@@ -65,24 +72,24 @@ def test_a_full_disk_changes_nothing_and_the_spool_reopens_intact(tmp_path: Path
 
 
 async def test_the_pipeline_waits_out_a_full_disk_logging_once(tmp_path: Path) -> None:
-    spool = Spool(str(tmp_path))
-    aspool = AsyncSpool(spool)
+    aspool = await AsyncSpool.open(str(tmp_path))
+    spool = aspool._spool
     clock = FakeClock()
     events = RecordingEvents()
     p = Pipeline(Config(state_dir=str(tmp_path)), aspool, events, clock)
     try:
-        [(meta, _)] = await aspool.call(spool.commit, [(b"x" * 100, 1)], {}, [], False)
+        [(meta, _)] = await aspool.commit([(b"x" * 100, 1)], {}, [], False)
         p.queue_events, p.queue_bytes = meta.events, meta.stored_bytes
-        await aspool.call(_fill, spool, 0)
+        await aspool._call(_fill, spool, 0)
         dead = [DeadLetter("logs", "r", 400, os.urandom(200_000).hex().encode(), 0.0, "id")]
         ack = asyncio.create_task(p._ack(meta, dead))
         while len(clock.slept) < 5:
             await asyncio.sleep(0.01)
         assert not ack.done()
         assert [n for n, _ in events.seen].count("spool_error") == 1
-        await aspool.call(_unfill, spool)
+        await aspool._call(_unfill, spool)
         await asyncio.wait_for(ack, 10)
-        assert p.queue_events == 0 and spool.dead_letters == 1
+        assert p.queue_events == 0 and aspool.dead_letters == 1
         assert ("info", ("spool writable again",)) in [(n, a[:1]) for n, a in events.seen]
     finally:
         await p.client.close()
@@ -92,8 +99,8 @@ async def test_the_pipeline_waits_out_a_full_disk_logging_once(tmp_path: Path) -
 async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path: Path) -> None:
     """SIGTERM with a full disk: the final commit gives up after shutdown_timeout; its lines moved
     no checkpoint, so they are read again at the next start (nothing lost, nothing queued twice)."""
-    spool = Spool(str(tmp_path))
-    aspool = AsyncSpool(spool)
+    aspool = await AsyncSpool.open(str(tmp_path))
+    spool = aspool._spool
     clock = FakeClock()
     events = RecordingEvents()
     p = Pipeline(Config(state_dir=str(tmp_path), shutdown_timeout_s=5.0), aspool, events, clock)
@@ -102,12 +109,13 @@ async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path
         p.acc.events, p.acc.nbytes = 1, len(p.acc.parts[0])
         p.acc.checkpoints["inc1"] = _cp(100)
         p.acc.covers["inc1"] = [0, 100]
-        await aspool.call(_fill, spool, 0)
+        await aspool._call(_fill, spool, 0)
         await asyncio.wait_for(p.stop_reading(), 10)     # the fake clock advances 1 s per retry
         assert p.reading_done
         assert 4.0 <= sum(clock.slept) <= 7.0
-        assert "inc1" not in spool.checkpoints and not spool.pending
+        contents = await aspool.contents()
+        assert not contents.checkpoints and not contents.pending
     finally:
-        await aspool.call(_unfill, spool)
+        await aspool._call(_unfill, spool)
         await p.client.close()
         await aspool.close()

@@ -9,6 +9,7 @@ written line exactly once. `restart()` builds a new Pipeline on the same spool (
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import time
 from pathlib import Path
@@ -20,7 +21,8 @@ from shipper.config import Config, ElasticsearchConfig, InputConfig
 from shipper.events import Events
 from shipper.pipeline import Pipeline
 from shipper.ship import bulk as bulkproto
-from shipper.spool import AsyncSpool, Spool, decode_body
+from shipper.codec import decode_body
+from shipper.spool import AsyncSpool, aio
 
 
 class FakeClock:
@@ -79,12 +81,18 @@ def make_config(tmp_path: Path, paths: Iterable[str], **kw: Any) -> Config:
     )
 
 
+def open_spool(state_dir: str) -> AsyncSpool:
+    """AsyncSpool.open without a running loop (the Rig is built synchronously): opened on its thread."""
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
+    return AsyncSpool(executor.submit(aio._open, state_dir).result(), executor)
+
+
 class Rig:
     def __init__(self, tmp_path: Path, paths: Iterable[str], **kw: Any) -> None:
         self.cfg = make_config(tmp_path, paths, **kw)
         self.clock = FakeClock()
         self.events = RecordingEvents()
-        self.spool = AsyncSpool(Spool(self.cfg.state_dir))
+        self.spool = open_spool(self.cfg.state_dir)
         self.p = Pipeline(self.cfg, self.spool, self.events, self.clock, host_name="rig")
         self.docs: dict[str, dict[str, Any]] = {}
         self.dup_ids: list[str] = []
@@ -120,7 +128,7 @@ class Rig:
         while p.outbox:
             meta, body = p.outbox.popleft()
             if body is None:
-                body = self.spool.spool.read(meta.seq)
+                body = self.spool._spool.read(meta.seq)
             assert body is not None
             for pair in bulkproto.split_pairs(decode_body(body, meta.gzipped)):
                 m, src = bulkproto.pair_parts(pair)
@@ -128,7 +136,7 @@ class Rig:
                 if doc_id in self.docs:
                     self.dup_ids.append(doc_id)
                 self.docs[doc_id] = orjson.loads(src)
-            self.spool.spool.ack(meta.seq)
+            self.spool._spool.ack(meta.seq)
         p.cached_bytes = 0
 
     def messages(self) -> list[str]:

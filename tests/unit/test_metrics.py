@@ -144,7 +144,7 @@ class Observed:
     last_error: str | None = None
     at_risk: int = 0
     events: TelemetryEvents = field(default_factory=lambda: TelemetryEvents(Metrics()))
-    spool: Any = field(default_factory=lambda: SimpleNamespace(spool=SimpleNamespace(dead_letters=0)))
+    spool: Any = field(default_factory=lambda: SimpleNamespace(dead_letters=0))
     client: Any = field(default_factory=lambda: SimpleNamespace(hosts=[SimpleNamespace(label="http://127.0.0.1:9200")]))
 
     def file_status(self) -> list[dict[str, Any]]:
