@@ -35,6 +35,7 @@ batch value read to decode its header (one-row layouts).
 
     .venv/bin/python bench/spool_cost.py                      # every layout, idle and busy, 3 runs
     .venv/bin/python bench/spool_cost.py --layouts raw,one --vacuum incremental --runs 5
+    .venv/bin/python bench/spool_cost.py --spools               # before/after: the Spool classes themselves
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Self
 
 import diskcache
 import orjson
@@ -227,11 +228,18 @@ class Busy:
                      for i in range(200)]
         self.stop = threading.Event()
         self.rounds = 0
+        self.cpu_s = 0.0
         self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def seconds_of_work(self) -> float:
+        """How long the thread ran Python so far (its CPU time: it never blocks but on the GIL)."""
+        return self.cpu_s
 
     def run(self) -> None:
         docs = self.docs
+        t0 = time.thread_time()
         while not self.stop.is_set():
+            self.cpu_s = time.thread_time() - t0
             for d in docs:
                 o = orjson.loads(d)
                 o["n"] = o["n"] + 1
@@ -239,7 +247,7 @@ class Busy:
                 orjson.dumps(o)
             self.rounds += 1
 
-    def __enter__(self) -> Busy:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -361,6 +369,77 @@ def open_cost(stored: bytes, raw_len: int, n: int) -> dict[str, float]:
     return out
 
 
+OLD_SPOOL = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "spool_073664d.py.txt"
+
+
+def old_spool_class() -> Any:
+    """shipper/spool.py as of 073664d (the raw-SQL spool), kept as the upgrade test's fixture."""
+    import importlib.util
+    spec = importlib.util.spec_from_loader("spool_073664d", loader=None)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["spool_073664d"] = mod
+    exec(compile(OLD_SPOOL.read_text(), str(OLD_SPOOL), "exec"), mod.__dict__)  # noqa: S102 (our own old code)
+    return mod.Spool
+
+
+def run_spools(stored: bytes, busy: bool, iters: int) -> dict[str, dict[str, float]]:
+    """The old Spool class against the new one, interleaved: commit() of one stored batch (passed
+    as gzip=False: the bytes are compressed already, so gzip is not counted) with the checkpoints
+    of 3 files, ack() DEPTH commits later."""
+    from shipper.model import Checkpoint
+    from shipper.spool import Spool
+    tmp = tempfile.mkdtemp(prefix="spool-cost-")
+    try:
+        spools = {"073664d": old_spool_class()(os.path.join(tmp, "old")), "new": Spool(os.path.join(tmp, "new"))}
+        for sp in spools.values():
+            sp.set_autocheckpoint(0)
+        samples = {n: {"commit_cpu": [], "commit_wall": [], "ack_cpu": [], "ack_wall": []} for n in spools}
+        tt, pc = time.thread_time_ns, time.perf_counter_ns
+
+        def loop() -> None:
+            for i in range(WARMUP + iters):
+                cps = [Checkpoint.from_dict(d) for d in checkpoints(i)]
+                covers = {cp.incarnation: (cp.offset - 700_000, cp.offset) for cp in cps}
+                for name, sp in spools.items():
+                    c0, w0 = tt(), pc()
+                    [(meta, _)] = sp.commit([(stored, DOCS)], covers, cps, False)
+                    c1, w1 = tt(), pc()
+                    acked = meta.seq - DEPTH
+                    if acked >= 1:
+                        sp.ack(acked)
+                    c2, w2 = tt(), pc()
+                    if i >= WARMUP:
+                        samples[name]["commit_cpu"].append(c1 - c0)
+                        samples[name]["commit_wall"].append(w1 - w0)
+                        samples[name]["ack_cpu"].append(c2 - c1)
+                        samples[name]["ack_wall"].append(w2 - w1)
+                    if i % 25 == 0:
+                        wal_checkpoint(sp.db_path)
+
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        busy_share = 0.0
+        try:
+            if busy:
+                with Busy() as b:
+                    w0 = time.perf_counter()
+                    loop()
+                    busy_share = b.seconds_of_work() / (time.perf_counter() - w0)
+            else:
+                loop()
+        finally:
+            sys.setswitchinterval(old)
+        for sp in spools.values():
+            sp.close()
+        out = {n: {k: statistics.median(v) / 1e3 for k, v in d.items()} for n, d in samples.items()}
+        for r in out.values():
+            r["busy_share"] = busy_share
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
@@ -369,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=ITERS)
     ap.add_argument("--modes", default="idle,busy")
     ap.add_argument("--open", type=int, default=0, metavar="N", help="also time opening with N queued batches")
+    ap.add_argument("--spools", action="store_true",
+                    help="the old Spool class (073664d) against the new one instead of the bare layouts")
     ap.add_argument("--page-size", type=int, default=PAGE_SIZE, help="SQLite page size of the new state dirs")
     args = ap.parse_args(argv)
     globals()["PAGE_SIZE"] = args.page_size
@@ -379,9 +460,23 @@ def main(argv: list[str] | None = None) -> int:
     gz_us = (time.thread_time() - t0) / 20 * 1e6
     print(f"batch: {DOCS} docs, {len(body):,} B raw, {len(stored):,} B gzip-1 "
           f"(isal: {gz_us:,.0f} CPU-us, the same in every layout, not counted below)")
+    if args.spools:
+        print(f"{'spool':10} {'mode':5} | {'commit CPU-us':>22} {'wall-us':>8} | {'ack CPU-us':>20} {'wall-us':>8}")
+        for mode in args.modes.split(","):
+            runs = [run_spools(stored, mode == "busy", args.iters) for _ in range(args.runs)]
+            for name in runs[0]:
+                rs = [r[name] for r in runs]
+                cc = " ".join(f"{r['commit_cpu']:6.0f}" for r in rs)
+                ac = " ".join(f"{r['ack_cpu']:5.0f}" for r in rs)
+                cw = statistics.median(r["commit_wall"] for r in rs)
+                aw = statistics.median(r["ack_wall"] for r in rs)
+                share = f"  (busy thread ran {100 * statistics.median(r['busy_share'] for r in rs):.0f}% of the time)" \
+                    if mode == "busy" else ""
+                print(f"{name:10} {mode:5} | {cc:>22} {cw:8.0f} | {ac:>20} {aw:8.0f}{share}", flush=True)
+        return 0
+    names = args.layouts.split(",")
     print(f"{'layout':10} {'vacuum':11} {'mode':5} | {'commit CPU-us':>22} {'wall-us':>8} {'stmts':>5} |"
           f" {'ack CPU-us':>20} {'wall-us':>8} {'stmts':>5}")
-    names = args.layouts.split(",")
     for mode in args.modes.split(","):
         for vacuum in args.vacuum.split(","):
             runs = [run_once(names, stored, len(body), vacuum, mode == "busy", args.iters) for _ in range(args.runs)]

@@ -13,7 +13,8 @@ import logging
 import sqlite3
 import sys
 import threading
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool.store import Bodies, BodiesOrMaker, Spool, SpoolContents

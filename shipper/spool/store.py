@@ -13,8 +13,9 @@ import dataclasses
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import diskcache
 
@@ -353,8 +354,8 @@ class Spool:
                 self.cache.delete(seq)
                 if legacy:
                     self.cache.delete(f"{rows.LEGACY_META}{seq}")
-                for inc, d in settle.items():
-                    self.cache.set(rows.CHECKPOINT + inc, d)
+                for inc, stored_cp in settle.items():
+                    self.cache.set(rows.CHECKPOINT + inc, stored_cp)
 
         self._guard(tx)
         self.pending.pop(seq, None)

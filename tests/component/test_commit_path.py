@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from shipper import pipeline as pipeline_mod
-from shipper.model import Checkpoint
 from shipper.codec import decode_body
+from shipper.model import Checkpoint
 from shipper.spool import Spool
 from tests.support.pipeline_rig import Rig
 

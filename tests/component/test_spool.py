@@ -21,8 +21,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shipper.model import Checkpoint, DeadLetter
 from shipper.codec import decode_body
+from shipper.model import Checkpoint, DeadLetter
 from shipper.spool import AsyncSpool, Spool
 from tests.support.daemon import REPO_ROOT
 from tests.support.wait import wait_until
