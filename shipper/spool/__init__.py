@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from shipper.model import BatchMeta
 from shipper.spool.aio import AsyncSpool
-from shipper.spool.store import Spool, SpoolContents
+from shipper.spool.contents import SpoolContents
+from shipper.spool.store import Spool
 
 __all__ = ["AsyncSpool", "BatchMeta", "Spool", "SpoolContents"]

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
-from shipper.spool.store import Bodies, BodiesOrMaker, Spool, SpoolContents
+from shipper.spool.contents import SpoolContents
+from shipper.spool.store import Bodies, BodiesOrMaker, Spool
 
 log = logging.getLogger(__name__)
 

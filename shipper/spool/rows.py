@@ -1,7 +1,7 @@
 """How the spool's values are laid out in diskcache: keys, the batch row, checkpoint rows. Pure.
 
 The layout (diskcache keys -> values, all through diskcache's public get/set/delete):
-    <seq>            int: one batch, ONE row: HEADER + metadata (orjson) + the stored body.
+    <seq>            int: one batch, ONE row: HEADER + metadata (pickle) + the stored body.
                      The last batch of a commit also carries that commit's checkpoints, so the
                      commit is one set() (see store.Spool.commit for why and when they move).
     "c:<inc>"        a file incarnation's checkpoint (Checkpoint.to_dict() + "v")
@@ -16,11 +16,10 @@ incarnation wins, wherever it is stored (its own row or a queued batch).
 
 from __future__ import annotations
 
+import pickle
 import struct
 from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from shipper.codec import crc32
 from shipper.model import BatchMeta
@@ -50,8 +49,9 @@ class BatchRow:
 def pack_batch(meta: BatchMeta, checkpoints: dict[str, dict[str, Any]], stored: bytes) -> bytes:
     """One batch row. The crc32 (ISA-L: ~4 us for 140 KB) lets a damaged body be told from a bad
     answer of the destination without decompressing it."""
-    m = orjson.dumps({"e": meta.events, "r": meta.raw_bytes, "g": meta.gzipped, "cv": meta.covers,
-                      "at": meta.at, "cp": checkpoints})
+    # pickle, as diskcache stores dicts: paths may hold surrogate escapes (non-UTF-8 file names)
+    m = pickle.dumps({"e": meta.events, "r": meta.raw_bytes, "g": meta.gzipped, "cv": meta.covers,
+                      "at": meta.at, "cp": checkpoints}, pickle.HIGHEST_PROTOCOL)
     return b"".join((HEADER.pack(MAGIC, VERSION, crc32(stored), len(m)), m, stored))
 
 
@@ -66,11 +66,12 @@ def unpack_batch(seq: int, value: bytes) -> BatchRow:
         if magic != MAGIC or version != VERSION:
             raise BadRow(f"not a batch row (version {version})")
         at = HEADER.size + n
-        m = orjson.loads(memoryview(value)[HEADER.size:at])
+        m = pickle.loads(memoryview(value)[HEADER.size:at])
         covers = {inc: (int(r[0]), int(r[1])) for inc, r in m["cv"].items()}
         meta = BatchMeta(seq, int(m["e"]), int(m["r"]), len(value) - at, bool(m["g"]), covers, float(m["at"]))
         return BatchRow(meta, dict(m["cp"]), at, crc)
-    except (struct.error, orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
+    except (struct.error, pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError,
+            IndexError) as e:
         if isinstance(e, BadRow):
             raise
         raise BadRow(f"header does not decode: {e}") from e

@@ -14,7 +14,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import diskcache
@@ -23,40 +22,11 @@ from shipper.codec import gzip_compress
 from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool import rows
+from shipper.spool.contents import SpoolContents, shipped_offsets
 
 T = TypeVar("T")
 Bodies = list[tuple[bytes, int]]                 # (NDJSON body, events) per batch
 BodiesOrMaker = Bodies | Callable[[], Bodies]     # a maker runs on the spool thread (a large join releases the GIL)
-
-
-@dataclass(frozen=True, slots=True)
-class SpoolContents:
-    """A snapshot of what the spool holds, taken on the spool thread: copies, safe to keep."""
-
-    pending: tuple[BatchMeta, ...]               # queued batches, in seq order
-    checkpoints: tuple[Checkpoint, ...]
-    dead_letters: int
-
-    @property
-    def queued_events(self) -> int:
-        return sum(m.events for m in self.pending)
-
-    @property
-    def queued_bytes(self) -> int:
-        return sum(m.stored_bytes for m in self.pending)
-
-    def shipped_offsets(self) -> dict[str, int]:
-        return shipped_offsets(self.checkpoints, self.pending)
-
-
-def shipped_offsets(checkpoints: Iterable[Checkpoint], pending: Iterable[BatchMeta]) -> dict[str, int]:
-    """Per incarnation: the offset below which everything is acknowledged."""
-    out = {cp.incarnation: cp.offset for cp in checkpoints}
-    for m in pending:
-        for inc, (start, _end) in m.covers.items():
-            if inc in out and start < out[inc]:
-                out[inc] = start
-    return out
 
 
 class Spool:
@@ -139,8 +109,8 @@ class Spool:
             self.next_seq = max(self.next_seq, key + 1)
             value = cache.get(key)
             if not rows.is_batch_row(value):
-                # a legacy body whose metadata never made it (cannot happen: one transaction) or
-                # one acked but not yet deleted: harmless, removed
+                # a body of the old layout without its metadata row (cannot happen: they were
+                # written in one transaction), as the old code treated it: harmless, removed
                 orphans.append(key)
                 continue
             assert isinstance(value, bytes)
@@ -217,9 +187,7 @@ class Spool:
         try:
             with self.cache.transact():
                 return
-        except diskcache.Timeout:       # BEGIN failed: a transaction is still open on this connection
-            pass
-        except sqlite3.Error:
+        except (diskcache.Timeout, sqlite3.Error):   # BEGIN failed: a transaction is still open here
             pass
         self.cache.close()
         if self._autocheckpoint is not None:

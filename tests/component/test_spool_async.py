@@ -145,12 +145,18 @@ async def test_a_full_disk_raises_spool_full_and_writes_nothing(tmp_path: Path) 
         with pytest.raises(SpoolFullError):
             await a.ack(first.seq, [DeadLetter("logs", "r", 400, os.urandom(200_000).hex().encode(), 0.0, "id")])
         assert await a.contents() == before and a.dead_letters == 0
-        assert await a.ack(first.seq) == 0          # a plain ack frees pages: it needs none
+        assert await a.ack(first.seq) == 0          # frees pages: needs none, even to give "a" its own row
+        assert {c.incarnation: c.offset for c in (await a.contents()).checkpoints} == {"a": 100}
         await a._call(_unfill, a._spool)
         [(second, _)] = await a.commit([(os.urandom(300_000), 1)], {"a": (100, 200)}, [cp("a", 200)], False)
         assert [m.seq for m in (await a.contents()).pending] == [second.seq]
     finally:
         await a.close()
+    again = Spool(str(tmp_path))
+    try:
+        assert list(again.pending) == [second.seq] and again.checkpoints["a"].offset == 200
+    finally:
+        again.close()
 
 
 async def test_contents_is_a_snapshot_the_caller_may_keep(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ place; a damaged batch row is named, not guessed at.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,6 +153,12 @@ def test_the_stored_checkpoint_is_the_one_committed_not_the_callers_object(spool
     mine.offset = 5000                             # the reader goes on with its own copy
     spool.ack(1)                                   # the checkpoint moves to its row now
     assert reopen(spool).checkpoints["a"].offset == 100
+
+
+def test_a_file_name_that_is_not_utf8_is_kept(spool: Spool) -> None:
+    name = os.fsdecode(b"/var/log/caf\xe9.log")          # a surrogate escape, as os.listdir gives it
+    spool.commit([(body(1), 1)], {"a": (0, 10)}, [cp("a", 10, path=name)], False)
+    assert reopen(spool).checkpoints["a"].path == name
 
 
 # ---------------------------------------------------------------- damage
