@@ -175,11 +175,11 @@ class Spool:
             return fn()
         except BaseException as e:
             self._recover()
-            if isinstance(e, sqlite3.OperationalError):
-                msg = str(e).lower()
-                if "full" in msg or "disk" in msg:
-                    raise SpoolFullError(f"state_dir is full: {e}") from e
-            elif isinstance(e, OSError) and e.errno == 28:      # ENOSPC
+            # SQLITE_FULL only (SQLite reports ENOSPC so): "database disk image is malformed"
+            # is damage, not a full disk (issue 19 saw it reported as "state dir is full")
+            if isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL:
+                raise SpoolFullError(f"state_dir is full: {e}") from e
+            if isinstance(e, OSError) and e.errno == 28:      # ENOSPC
                 raise SpoolFullError(f"state_dir is full: {e}") from e
             raise
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,6 +170,14 @@ def test_a_damaged_body_is_reported_on_read(spool: Spool) -> None:
     spool.cache.set(1, value[:-10] + bytes(10))    # ten bytes of the gzip body zeroed
     with pytest.raises(SpoolCorruptError, match=r"cache\.db: batch 1: .*checksum"):
         spool.read(1)
+
+
+def test_an_error_that_names_the_disk_is_not_a_full_disk(spool: Spool) -> None:
+    """Only SQLITE_FULL is a full disk: "database disk image is malformed" was reported as one."""
+    spool.cache._sql("CREATE TRIGGER damaged BEFORE INSERT ON Cache"      # test-only fault injection
+                     " BEGIN SELECT RAISE(ABORT, 'database disk image is malformed'); END")
+    with pytest.raises(sqlite3.IntegrityError, match="malformed"):
+        spool.commit([(body(1), 1)], {}, [], False)
 
 
 def test_a_damaged_header_stops_the_open_naming_the_file(tmp_path: Path) -> None:
