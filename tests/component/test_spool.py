@@ -233,13 +233,14 @@ CHILD = textwrap.dedent("""
     if mode == "once":
         s.commit([(body, 1)], {"inc": (0, 4096)}, [Checkpoint("inc", "/l", 1, 2, 16, "fp", 4096)], True)
         os.kill(os.getpid(), signal.SIGKILL)     # right after commit returned: no close, no atexit
-    # loop: commit record i covering [i*100, (i+1)*100) and ack record i-3, forever, until killed
-    i = len(s.pending) and max(m.covers["inc"][1] for m in s.pending.values()) // 100
+    # loop: commit record i covering [i*100, (i+1)*100) and ack record i-3 (drain: every record
+    # at once, so each ack moves the checkpoint to its own row), forever, until killed
+    i = s.checkpoints["inc"].offset // 100 if "inc" in s.checkpoints else 0
     n = 0
     while True:
         s.commit([(body * (1 + i % 5), 1 + i % 5)], {"inc": (i * 100, (i + 1) * 100)},
                  [Checkpoint("inc", "/l", 1, 2, 16, "fp", (i + 1) * 100)], i % 2 == 0)
-        old = [q for q in s.pending if q <= s.next_seq - 4]
+        old = [q for q in s.pending if mode == "drain" or q <= s.next_seq - 4]
         for q in old:
             s.ack(q)
         n += 1
@@ -296,6 +297,32 @@ def test_sigkill_at_random_moments_never_splits_a_record_from_its_checkpoint(tmp
             for seq, m in s.pending.items():               # every body is there and whole
                 raw = decode_body(s.read(seq) or b"", m.gzipped)
                 assert raw.count(b"\n") == 2 * m.events and raw.endswith(b"\n")
+            last_offset = offset
+        finally:
+            s.close()
+
+
+def test_sigkill_while_every_ack_moves_the_checkpoint_to_its_own_row(tmp_path: Path) -> None:
+    """The queue drains after every commit, so every ack writes the checkpoint the acked record
+    carried: killed at random, the checkpoint is always the end of the newest committed record."""
+    rng = random.Random(4321)
+    last_offset = 0
+    for _round in range(4):
+        p = run_child(tmp_path, "drain")
+        try:
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            assert line.strip() == "running", p.stderr.read() if p.stderr else ""
+            time.sleep(rng.uniform(0.0, 0.3))            # not synchronisation: the random instant of the kill
+        finally:
+            p.kill()
+            p.communicate(timeout=30)
+        s = Spool(str(tmp_path))
+        try:
+            offset = s.checkpoints["inc"].offset
+            assert offset > last_offset and offset % 100 == 0
+            covers = sorted(m.covers["inc"] for m in s.pending.values())
+            assert len(covers) <= 1 and (not covers or covers[0] == (offset - 100, offset))
             last_offset = offset
         finally:
             s.close()
