@@ -3,7 +3,7 @@
 The layout (diskcache keys -> values, all through diskcache's public get/set/delete):
     <seq>            int: one batch, ONE row: HEADER + metadata (pickle) + the stored body.
                      The last batch of a commit also carries that commit's checkpoints, so the
-                     commit is one set() (see store.Spool.commit for why and when they move).
+                     commit is one set() (see store.Spool for why, and when they move).
     "c:<inc>"        a file incarnation's checkpoint (Checkpoint.to_dict() + "v")
     "d:<n:016d>"     a dead letter (dict), numbered by "n:dlq"
 Written by 073664d and earlier (read, acked and replaced, never written any more):
