@@ -15,7 +15,7 @@ from shipper.events import Events
 from shipper.model import Batch, BatchMeta, DeadLetter
 from shipper.ship.outbox import Outbox
 from shipper.ship.sender import Sender
-from shipper.spool.store import AsyncSpool
+from shipper.spool.aio import AsyncSpool
 from shipper.spool.writer import DiskWait
 
 log = logging.getLogger("shipper.output")

@@ -48,19 +48,14 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class DeadLetter:
-    index: str
-    reason: str
-    status: int
-    document: bytes           # the document's JSON source
-    at: float                 # wall time
-    doc_id: str = ""
-
-
-@dataclass(slots=True)
 class BatchMeta:
-    """A queued batch (what goes out in one bulk request), as the spool stores it: its sequence
-    number, document count, sizes, encoding and the file ranges (incarnation -> start, end) it covers."""
+    """A batch in the spool: one bulk request, stored (gzip-compressed once, or plain) until acked.
+
+    `covers` maps each file incarnation the batch has lines of to the byte range (start, end)
+    they were read from; a file counts as shipped up to an offset only when no queued batch
+    covers anything below it. Sizes are the NDJSON body's (`raw_bytes`) and what is stored and
+    posted (`stored_bytes`). `at` is the wall time it was queued.
+    """
 
     seq: int
     events: int
@@ -69,6 +64,16 @@ class BatchMeta:
     gzipped: bool
     covers: dict[str, tuple[int, int]] = field(default_factory=dict)
     at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    index: str
+    reason: str
+    status: int
+    document: bytes           # the document's JSON source
+    at: float                 # wall time
+    doc_id: str = ""
 
 
 @dataclass(slots=True)

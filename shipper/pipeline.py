@@ -26,7 +26,8 @@ from shipper.ship import bulk as bulkproto
 from shipper.ship.outbox import Outbox
 from shipper.ship.sender import Sender
 from shipper.sources.base import Room, Source
-from shipper.spool.store import AsyncSpool, SpoolContents
+from shipper.spool.aio import AsyncSpool
+from shipper.spool.contents import SpoolContents
 from shipper.spool.writer import DiskWait, RecordWriter
 
 log = logging.getLogger("shipper.pipeline")

@@ -31,7 +31,7 @@ from shipper.ship.sender import Sender
 from shipper.ship.template import guard_first_bulk
 from shipper.sources.files import FileSource
 from shipper.sources.stdin import StdinSource
-from shipper.spool import AsyncSpool, Spool, SpoolContents
+from shipper.spool import AsyncSpool, SpoolContents
 
 log = logging.getLogger("shipper")
 
@@ -81,7 +81,7 @@ def write_status(state_dir: str, doc: dict[str, Any]) -> None:
 
 async def open_state(state_dir: str) -> AsyncSpool:
     """The spool (queue, checkpoints, dead letters), opened off the loop."""
-    return AsyncSpool(await asyncio.to_thread(Spool, state_dir))
+    return await AsyncSpool.open(state_dir)
 
 
 async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock, host_name: str | None = None,

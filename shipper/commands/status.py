@@ -20,7 +20,7 @@ import orjson
 from shipper.config import Config, MetricsConfig, load_config
 from shipper.service import STATUS_FILE
 from shipper.ship.client import redact_url
-from shipper.spool import Spool
+from shipper.spool import Spool, SpoolContents
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
 ASK_TIMEOUT_S = 2.0
@@ -75,10 +75,11 @@ def _at_path(cp: Any) -> bool:
     return (st.st_dev, st.st_ino) == (cp.dev, cp.inode)
 
 
-def _stopped_files(spool: Spool) -> list[dict[str, Any]]:
+def _stopped_files(spool: SpoolContents) -> list[dict[str, Any]]:
     shipped = spool.shipped_offsets()
     files = []
-    for inc, cp in spool.checkpoints.items():
+    for cp in spool.checkpoints:
+        inc = cp.incarnation
         size = None
         try:
             st = os.stat(cp.path)
@@ -128,11 +129,12 @@ def collect(cfg: Config) -> dict[str, Any]:
         return out
     spool = Spool(state_dir, read_only=True)
     try:
-        out["files"] = _stopped_files(spool)
-        out["queue"] = {"events": spool.queued_events, "bytes": spool.queued_bytes}
-        out["dead_letter"] = spool.dead_letters
+        contents = spool.contents()
     finally:
         spool.close()
+    out["files"] = _stopped_files(contents)
+    out["queue"] = {"events": contents.queued_events, "bytes": contents.queued_bytes}
+    out["dead_letter"] = contents.dead_letters
     out["lag_bytes"] = sum(f["lag_bytes"] for f in out["files"])
     # unread bytes of files rotated away while stopped: found again by content at the next start,
     # unless logrotate deletes them first

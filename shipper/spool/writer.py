@@ -17,7 +17,7 @@ from shipper.clock import Clock
 from shipper.errors import SpoolFullError
 from shipper.events import Events
 from shipper.model import BatchMeta, Checkpoint, Draft
-from shipper.spool.store import AsyncSpool
+from shipper.spool.aio import AsyncSpool
 
 T = TypeVar("T")
 Group = Callable[[list[bytes], int, int], list[tuple[bytes, int]]]    # ship.batching.group
