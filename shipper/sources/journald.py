@@ -292,6 +292,10 @@ class JournalReader:
         except OSError as e:
             self._schedule_restart(None, "failed", str(e))
             return
+        if self._closed:                          # closed while it was being started
+            proc.kill()
+            await proc.communicate()
+            return
         self._proc = proc
         self._stderr_task = asyncio.ensure_future(self._drain_stderr(proc))
         self.events.journal_started(self.key, None if resume is None else resume.text, argv)

@@ -117,11 +117,9 @@ class Journal:
         unit = self.unit if unit == "" else unit
         pid = self.pid if pid == -1 else pid
         hostname = self.hostname if hostname == "" else hostname
-        rt = max(self._realtime_us + 1, int(time.time() * 1e6)) if realtime_us is None else realtime_us
-        self._realtime_us = max(self._realtime_us, rt)
-        self._monotonic_us += 1000
-        out: list[tuple[str, Value]] = [("__REALTIME_TIMESTAMP", rt), ("__MONOTONIC_TIMESTAMP", self._monotonic_us),
-                                        ("_BOOT_ID", self.boot_id)]
+        out: list[tuple[str, Value]] = []
+        if realtime_us is not None:
+            out.append(("__REALTIME_TIMESTAMP", realtime_us))
         if hostname is not None:
             out.append(("_HOSTNAME", hostname))
         if unit is not None:
@@ -151,9 +149,26 @@ class Journal:
         """Write a marker entry that makes the next append start a new file (journald-style)."""
         return self._write([self.entry(ROTATE_MARKER, unit=None, pid=None) + _pad_fields()], marker=True)[0]
 
+    def _stamp(self, e: list[tuple[str, Value]]) -> list[tuple[str, Value]]:
+        """Timestamps and boot id at writing time, in writing order (an entry made earlier with
+        `entry()` and written later is still later in the journal)."""
+        names = {k for k, _ in e}
+        head: list[tuple[str, Value]] = []
+        if "__REALTIME_TIMESTAMP" not in names:
+            rt = max(self._realtime_us + 1, int(time.time() * 1e6))
+            self._realtime_us = rt
+            head.append(("__REALTIME_TIMESTAMP", rt))
+        if "__MONOTONIC_TIMESTAMP" not in names:
+            self._monotonic_us += 1000
+            head.append(("__MONOTONIC_TIMESTAMP", self._monotonic_us))
+        if "_BOOT_ID" not in names:
+            head.append(("_BOOT_ID", self.boot_id))
+        return head + e
+
     def _write(self, batch: list[list[tuple[str, Value]]], marker: bool) -> list[Written]:
         if not batch:
             return []
+        batch = [self._stamp(e) for e in batch]
         data = b"".join(export_entry(e) for e in batch)
         done = subprocess.run([self.remote, "-o", str(self.path), "-"], input=data, capture_output=True,
                               timeout=120, check=False)
@@ -164,7 +179,7 @@ class Journal:
         for e in batch:
             fields = {k: v for k, v in e if not k.startswith("ROTATE_PAD_")}
             rt = fields["__REALTIME_TIMESTAMP"]
-            out.append(Written(fields["MESSAGE"], fields, self.path.name, int(rt), self.boot_id, marker))
+            out.append(Written(fields["MESSAGE"], fields, self.path.name, int(rt), str(fields["_BOOT_ID"]), marker))
         self.written.extend(out)
         return out
 
