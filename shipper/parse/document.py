@@ -307,9 +307,9 @@ class DocBuilder:
                     pts = parsed.get("@timestamp")
                     if isinstance(pts, str):
                         pt = parse_timestamp(pts, now, "UTC")
-                        if _usable(pt):
-                            t, ts_text = pt, pts  # type: ignore[assignment]
-        if not _usable(t):
+                        if pt is not None and _usable(pt):
+                            t, ts_text = pt, pts
+        if t is None or not _usable(t):
             t = now
         doc["@timestamp"] = ts_text or format_timestamp(t)
         if self.fields:

@@ -123,7 +123,7 @@ class JournalReaderConfig:
         return journal_key(self.directory, self.units)
 
     @classmethod
-    def from_input(cls, inp: InputConfig, executable: str = JOURNALCTL) -> "JournalReaderConfig":
+    def from_input(cls, inp: InputConfig, executable: str = JOURNALCTL) -> JournalReaderConfig:
         if inp.journald is None:
             raise ValueError("not a journald input")
         return cls(directory=inp.journald.directory, units=inp.journald.units, start_at=inp.start_at,
@@ -388,7 +388,7 @@ class JournalReader:
             proc.terminate()
             try:
                 await asyncio.wait_for(proc.wait(), 5.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
         if self._stderr_task is not None:

@@ -15,7 +15,14 @@ import pytest
 
 from shipper.config import InputConfig, JournaldConfig, MultilineConfig
 from shipper.parse.document import DocBuilder
-from shipper.sources.journal import Gap, JournalAssembler, JournalEntry, doc_id, parse_cursor, source_event
+from shipper.sources.journal import (
+    Gap,
+    JournalAssembler,
+    JournalEntry,
+    doc_id,
+    parse_cursor,
+    source_event,
+)
 from shipper.sources.journald import (
     JournalEvents,
     JournalReader,
@@ -83,7 +90,7 @@ async def take(reader: JournalReader, n: int, what: str = "") -> list[JournalEnt
 
     try:
         await asyncio.wait_for(loop(), TIMEOUT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AssertionError(f"timed out after {TIMEOUT_S}s waiting for {n} entries {what}; got "
                              f"{[e.message for e in got]}") from None
     return got
@@ -254,7 +261,7 @@ async def test_with_a_unit_filter_a_present_cursor_is_no_gap(tmp_path: Path) -> 
 async def test_the_unit_filter(tmp_path: Path) -> None:
     j = Journal(tmp_path / "j")
     j.append("a", j.entry("w", unit="web.service"), j.entry("x", unit="cron.service"), j.entry("w2", unit="web.service"))
-    reader, rec, _ = make_reader(j, units=("web", "app.service"))
+    reader, _, _ = make_reader(j, units=("web", "app.service"))
     try:
         got = await take(reader, 3)
         assert msgs(got) == [b"a", b"w", b"w2"] and [e.unit for e in got] == ["app.service", "web.service", "web.service"]
@@ -348,7 +355,7 @@ async def test_binary_and_oversized_messages(tmp_path: Path) -> None:
     j = Journal(tmp_path / "j")
     sent = [b"bin \xff\xfe\x00 nul", b"two\nlines", b"x" * 5000, b"y" * (100 * 1024), b"z" * (3 * 1024 * 1024), b"after"]
     j.append(*sent)
-    reader, rec, _ = make_reader(j, max_message_bytes=1024 * 1024, chunk_bytes=64 * 1024)
+    reader, _, _ = make_reader(j, max_message_bytes=1024 * 1024, chunk_bytes=64 * 1024)
     try:
         got = await take(reader, 6)
         assert msgs(got)[:4] == sent[:4] and got[4].message == sent[4][:1024 * 1024] and got[5].message == b"after"

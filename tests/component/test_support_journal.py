@@ -5,7 +5,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.support.journal import ROTATE_MARKER, Journal, export_entry, journal_remote, message_bytes
+from tests.support.journal import (
+    ROTATE_MARKER,
+    Journal,
+    export_entry,
+    journal_remote,
+    message_bytes,
+)
 
 
 def _cursor_parts(entry: dict) -> dict[str, str]:

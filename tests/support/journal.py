@@ -31,14 +31,14 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, Iterable, Mapping
 
 REMOTE_CANDIDATES = ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
 JOURNALCTL = "journalctl"
 ROTATE_PAD_FIELDS = 300        # the field hash table holds 333; rotation is suggested past 75%
 ROTATE_MARKER = "-- shipper test: journal rotated --"
 
-Value = Union[str, bytes, int]
+Value = str | bytes | int
 
 
 def journal_remote() -> str | None:
