@@ -10,7 +10,7 @@ by `parse/document.py` from the `SourceEvent`s made here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, NamedTuple, Sequence
 
 from shipper.config import MultilineConfig
 from shipper.model import FLAG_TRUNCATED
@@ -33,12 +33,12 @@ _PROBE_FIELDS = "_PID"
 
 # ---------------------------------------------------------------- cursors
 
-@dataclass(frozen=True, slots=True)
-class Cursor:
+class Cursor(NamedTuple):
     """A journal cursor: `s=<seqnum id>;i=<seqnum hex>;b=<boot id>;m=<monotonic hex>;t=<realtime hex>;x=<xor hash>`.
 
     `text` is what journalctl printed (and what resuming passes back); the parsed parts are for
-    identity (`s` + `i`) and distances (seqnums, realtime in microseconds)."""
+    identity (`s` + `i`) and distances (seqnums, realtime in microseconds). A NamedTuple, as
+    `JournalEntry`: immutable, and one per entry costs a third of a frozen dataclass."""
 
     text: str
     seqnum_id: str
@@ -52,26 +52,34 @@ def parse_cursor(text: str) -> Cursor | None:
     """The parts of a cursor; None when it has no `s=` and `i=` (not a cursor journalctl makes)."""
     if not isinstance(text, str) or not text or len(text) > 512:
         return None
+    items = text.split(";")
+    # journalctl's own order (s i b m t x) is the fast path (one entry at a time, ~1 us)
+    if len(items) == 6:
+        s_, i_, b_, m_, t_, _x = items
+        if s_[:2] == "s=" and i_[:2] == "i=" and b_[:2] == "b=" and m_[:2] == "m=" and t_[:2] == "t=":
+            sid = s_[2:]
+            if sid.isalnum() and i_[2:].isalnum() and m_[2:].isalnum() and t_[2:].isalnum():
+                try:
+                    int(sid, 16)
+                    return Cursor(text, sid.lower(), int(i_[2:], 16), b_[2:], int(m_[2:], 16), int(t_[2:], 16))
+                except ValueError:
+                    return None
     parts: dict[str, str] = {}
-    for item in text.split(";"):
+    for item in items:
         k, sep, v = item.partition("=")
-        if not sep or len(k) != 1 or not v:
+        if not sep or len(k) != 1:
             return None
         parts[k] = v
-    s, i = parts.get("s"), parts.get("i")
-    if s is None or i is None or not _is_hex(s):
-        return None
     try:
-        seqnum = int(i, 16)
-        monotonic = int(parts["m"], 16) if "m" in parts else None
-        realtime = int(parts["t"], 16) if "t" in parts else None
-    except ValueError:
+        sid, seq = parts["s"], parts["i"]
+        m, t = parts.get("m"), parts.get("t")
+        if not all(x.isalnum() for x in (sid, seq, m or "0", t or "0")):
+            return None
+        int(sid, 16)
+        return Cursor(text, sid.lower(), int(seq, 16), parts.get("b", ""), None if m is None else int(m, 16),
+                      None if t is None else int(t, 16))
+    except (KeyError, ValueError):
         return None
-    return Cursor(text, s.lower(), seqnum, parts.get("b", ""), monotonic, realtime)
-
-
-def _is_hex(s: str) -> bool:
-    return all(c in "0123456789abcdefABCDEF" for c in s)
 
 
 def same_entry(a: Cursor, b: Cursor) -> bool:
@@ -93,8 +101,7 @@ def journal_key(directory: str | None, units: Sequence[str]) -> str:
 
 # ---------------------------------------------------------------- entries
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
+class JournalEntry(NamedTuple):
     """One journal entry (or, after multiline grouping, one group of them, named by its first).
 
     `message` is MESSAGE's bytes (a binary field decoded from its byte array, repeated values
@@ -144,7 +151,10 @@ def field_text(value: Any) -> str | None:
     return None if b is None else b.decode("utf-8", "replace")
 
 
-def field_int(value: Any, lo: int = 0, hi: int = 2 ** 63 - 1) -> int | None:
+_MAX_INT = 2 ** 63 - 1
+
+
+def field_int(value: Any, lo: int = 0, hi: int = _MAX_INT) -> int | None:
     text = field_text(value)
     if text is None:
         return None
@@ -155,35 +165,39 @@ def field_int(value: Any, lo: int = 0, hi: int = 2 ** 63 - 1) -> int | None:
     return n if lo <= n <= hi else None
 
 
+def _text(value: Any) -> str | None:
+    return value if type(value) is str else field_text(value)
+
+
+def _int(value: Any, lo: int, hi: int) -> int | None:
+    if type(value) is str and value.isdigit() and value.isascii():
+        n = int(value)
+        return n if lo <= n <= hi else None
+    return field_int(value, lo, hi)
+
+
 def decode_entry(obj: Any, max_message_bytes: int) -> JournalEntry | str:
     """One parsed JSON line of `journalctl --output=json` -> the entry, or a reason text when it
     cannot be one (no cursor: it could never be resumed from, so it is skipped)."""
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         return "not a JSON object"
-    raw_cursor = obj.get("__CURSOR")
-    cursor = parse_cursor(raw_cursor) if isinstance(raw_cursor, str) else None
+    get = obj.get
+    raw_cursor = get("__CURSOR")
+    cursor = parse_cursor(raw_cursor) if type(raw_cursor) is str else None
     if cursor is None:
         return "no valid __CURSOR"
-    realtime = field_int(obj.get("__REALTIME_TIMESTAMP"))
+    realtime = _int(get("__REALTIME_TIMESTAMP"), 0, _MAX_INT)
     if realtime is None:
         realtime = cursor.realtime_us if cursor.realtime_us is not None else 0
-    msg = field_bytes(obj.get("MESSAGE")) or b""
+    m = get("MESSAGE")
+    msg = m.encode("utf-8", "surrogatepass") if type(m) is str else field_bytes(m) or b""
     flags = 0
     if len(msg) > max_message_bytes:
         msg = msg[:max_message_bytes]
         flags = FLAG_TRUNCATED
-    return JournalEntry(
-        cursor=cursor,
-        realtime_us=realtime,
-        message=msg,
-        flags=flags,
-        hostname=field_text(obj.get("_HOSTNAME")),
-        unit=field_text(obj.get("_SYSTEMD_UNIT")),
-        pid=field_int(obj.get("_PID"), 1),
-        priority=field_int(obj.get("PRIORITY"), 0, 7),
-        facility=field_int(obj.get("SYSLOG_FACILITY"), 0, 23),
-        identifier=field_text(obj.get("SYSLOG_IDENTIFIER")),
-    )
+    return JournalEntry(cursor, realtime, msg, flags, _text(get("_HOSTNAME")), _text(get("_SYSTEMD_UNIT")),
+                        _int(get("_PID"), 1, _MAX_INT), _int(get("PRIORITY"), 0, 7),
+                        _int(get("SYSLOG_FACILITY"), 0, 23), _text(get("SYSLOG_IDENTIFIER")))
 
 
 def source_event(entry: JournalEntry) -> SourceEvent:

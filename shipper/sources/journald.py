@@ -24,6 +24,7 @@ from shipper.clock import Clock, SystemClock
 from shipper.config import InputConfig
 from shipper.ship.backoff import Backoff
 from shipper.sources.journal import (
+    OUTPUT_FIELDS,
     Cursor,
     Gap,
     JournalEntry,
@@ -117,6 +118,7 @@ class JournalReaderConfig:
     max_entry_bytes: int = 64 * 1024 * 1024   # a JSON line longer than this is skipped (and counted)
     restart_initial_s: float = 0.5
     restart_max_s: float = 30.0
+    output_fields: tuple[str, ...] | None = OUTPUT_FIELDS   # None: every field (more JSON to print and parse)
 
     @property
     def key(self) -> str:
@@ -283,7 +285,7 @@ class JournalReader:
         self._started = True
         self._expect = resume
         argv = follow_argv(self.cfg.executable, self.cfg.directory, self.cfg.units,
-                           None if resume is None else resume.text, "beginning")
+                           None if resume is None else resume.text, "beginning", self.cfg.output_fields)
         self._splitter = LineSplitter(self.cfg.max_entry_bytes)   # a new child: no partial line
         self._stderr = deque()
         try:
