@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shipper.config import InputConfig, JournaldConfig  # noqa: E402
-from shipper.parse.document import DocBuilder  # noqa: E402
-from shipper.sources.journal import source_event  # noqa: E402
-from shipper.sources.journald import JournalReader, JournalReaderConfig  # noqa: E402
-from tests.support.journal import Journal  # noqa: E402
+from shipper.config import InputConfig, JournaldConfig
+from shipper.parse.document import DocBuilder
+from shipper.sources.journal import source_event
+from shipper.sources.journald import JournalReader, JournalReaderConfig
+from tests.support.journal import Journal
 
 ROUTES = ("/api/v1/items", "/api/v1/orders/991", "/login", "/healthz", "/cart/checkout")
 

@@ -536,3 +536,12 @@ class LineSplitter:
     @property
     def pending_bytes(self) -> int:
         return self._len
+
+
+def status_entry(directory: str | None, units: Sequence[str], cursor: str | None,
+                 head: Cursor | None) -> dict[str, Any]:
+    """One item of `shipper status --json`'s `journald` list (SPEC): the input, the committed
+    cursor and how far it is behind the journal's head."""
+    lag = journal_lag(head, None if cursor is None else parse_cursor(cursor))
+    return {"directory": directory, "units": list(units), "cursor": cursor, "lag_entries": lag.entries,
+            "lag_seconds": lag.seconds}

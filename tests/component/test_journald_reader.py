@@ -454,3 +454,22 @@ def test_check_says_when_the_journal_is_not_readable(tmp_path: Path) -> None:
     exe = _script(tmp_path / "as-nobody", "exec setpriv --reuid=65534 --regid=65534 --clear-groups journalctl \"$@\"\n")
     c = check_journal(str(j.directory), (), executable=exe)
     assert not c.is_readable and "systemd-journal" in c.detail
+
+
+def test_telemetry_logs_and_counts(caplog: pytest.LogCaptureFixture) -> None:
+    from shipper.metrics import Metrics
+    from shipper.sources.journald import JournalTelemetry
+    m = Metrics()
+    t = JournalTelemetry(m)
+    with caplog.at_level("DEBUG", logger="shipper.sources.journald"):
+        t.journal_gap("journald:system", Gap("vacuumed", "s=a;i=1", "s=a;i=9", 7, 1.5))
+        t.journal_reader_exited("journald:system", 1, "failed", "boom", 1, 0.5)
+        t.journal_reader_exited("journald:system", 1, "failed", "boom", 2, 1.0)
+        t.journal_entry_skipped("journald:system", "invalid JSON")
+    assert m.get("shipper_journal_gaps_total", input="journald:system") == 1
+    assert m.get("shipper_journal_entries_lost_total", input="journald:system") == 7
+    assert m.get("shipper_journal_reader_restarts_total", input="journald:system") == 2
+    assert m.get("shipper_journal_entries_skipped_total", input="journald:system") == 1
+    levels = [(r.getMessage(), r.levelname) for r in caplog.records]
+    assert levels == [("journal entries lost before they were read", "WARNING"), ("journal reader exited", "WARNING"),
+                      ("journal reader exited", "DEBUG"), ("journal entry skipped", "WARNING")]

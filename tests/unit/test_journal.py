@@ -365,3 +365,11 @@ def test_lines_over_the_limit_are_dropped_and_counted(sizes: list[int], chunk: i
         dropped += d
     assert got == [line for line in lines if len(line) <= 20]
     assert dropped == sum(1 for line in lines if len(line) > 20)
+
+
+def test_the_status_item_spec_names() -> None:
+    from shipper.sources.journal import status_entry
+    assert status_entry("/j", ("a.service",), cursor_text(40), cur(100)) == {
+        "directory": "/j", "units": ["a.service"], "cursor": cursor_text(40), "lag_entries": 60,
+        "lag_seconds": pytest.approx(60e-6)}
+    assert status_entry(None, (), None, cur(1))["lag_entries"] is None
