@@ -165,6 +165,10 @@ class JournalReader:
         self._delay_s = 0.0                       # to wait before the next child
         self._started = False
         self._closed = False
+        # start_at end without a stored cursor: the journal's newest entry when reading began.
+        # The pipeline may commit it at once (a position without events), so that a restart
+        # of the daemon before the first entry arrives resumes here instead of at a new end.
+        self.start_position: Cursor | None = None
         self.restarts = 0
         self.gaps = 0
         self.entries_lost = 0
@@ -279,9 +283,13 @@ class JournalReader:
             return
         resume = self._resume_cursor()
         if resume is None and not self._started and not self._from_oldest and self.cfg.start_at == "end":
-            # from now on: the newest entry stands for "read", so a restart before anything
-            # arrives still starts here (and an empty journal starts at its beginning)
+            # from now on: the newest entry stands for "read" (as if it were the stored cursor),
+            # so a restart of the child before anything arrives still starts here; an empty
+            # journal starts at its beginning
             resume = await self.head()
+            if resume is not None:
+                self._stored_text = resume.text
+                self.start_position = resume
         self._started = True
         self._expect = resume
         argv = follow_argv(self.cfg.executable, self.cfg.directory, self.cfg.units,

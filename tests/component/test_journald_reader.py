@@ -163,6 +163,24 @@ async def test_start_at_end_reads_only_new_entries(tmp_path: Path) -> None:
         j.append("new")
         assert msgs(await pending) == [b"new"]
         assert rec.starts[0] is not None and parse_cursor(rec.starts[0]).seqnum == 2  # type: ignore[union-attr]
+        assert reader.start_position is not None and reader.start_position.seqnum == 2
+    finally:
+        await reader.close()
+
+
+async def test_start_at_end_survives_a_child_restart_before_the_first_entry(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j")
+    j.append("old1", "old2")
+    reader, rec, _ = make_reader(j, start_at="end")
+    try:
+        pending = asyncio.ensure_future(take(reader, 1))
+        await asyncio.wait_for(_until_started(rec), TIMEOUT_S)
+        pid = reader.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        j.append("new")
+        assert msgs(await pending) == [b"new"]
+        assert len(rec.starts) == 2 and rec.starts[0] == rec.starts[1]
     finally:
         await reader.close()
 
