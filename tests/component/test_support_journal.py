@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.support.journal import (
     ROTATE_MARKER,
@@ -106,3 +109,55 @@ def test_journal_remote_drops_an_entry_without_realtime(tmp_path: Path) -> None:
     got = Journal.read_dir(tmp_path)
     assert [(e["MESSAGE"], e["__REALTIME_TIMESTAMP"]) for e in got] == [
         ("kept", "1700000000000000"), ("inherits", "1700000000000000")]
+
+
+def _systemd_version() -> int:
+    out = subprocess.run(["journalctl", "--version"], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[1])
+
+
+def _follow(j: Journal, *argv: str) -> list[str]:
+    """The non-sentinel MESSAGEs `journalctl --follow ...` prints: a new sentinel entry appended
+    once it runs marks the end of what it printed of the stored ones (no sleeping)."""
+    import json
+    import select
+    import time
+    proc = subprocess.Popen(["journalctl", "--follow", "--output=json", *argv], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    sentinel = f"sentinel {len(j.written)}"
+    j.append(sentinel)
+    got: list[str] = []
+    buf = b""
+    deadline = time.monotonic() + 10
+    try:
+        while sentinel not in got:
+            left = deadline - time.monotonic()
+            assert left > 0, f"timed out waiting for the sentinel after {got}"
+            if select.select([proc.stdout], [], [], left)[0]:
+                data = os.read(proc.stdout.fileno(), 65536)
+                assert data, f"journalctl exited after {got}"
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                got += [json.loads(line)["MESSAGE"] for line in lines if line]
+    finally:
+        proc.kill()
+        proc.communicate()
+    return [m for m in got if not m.startswith("sentinel")]
+
+
+@pytest.mark.skipif(_systemd_version() != 252, reason="facts measured on systemd 252")
+def test_the_systemd_252_facts_the_reader_works_around(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j")
+    j.append("boot1 a", "boot1 b", then_rotate=True)
+    j.new_boot()
+    j.append("boot2 a", "boot2 b")
+    d = f"--directory={j.directory}"
+    c1 = j.read()[0]["__CURSOR"]
+    # without --merge, --follow reads only the latest boot, and --after-cursor then skips its first entry
+    assert _follow(j, d, "--no-tail") == ["boot2 a", "boot2 b"]
+    assert _follow(j, d, f"--after-cursor={c1}") == ["boot2 b"]
+    assert _follow(j, d, "--merge", f"--cursor={c1}") == ["boot1 a", "boot1 b", "boot2 a", "boot2 b"]
+    # a vacuumed cursor: --after-cursor skips the first entry that is left, --cursor starts at it
+    j.vacuum()
+    assert _follow(j, d, "--merge", f"--after-cursor={c1}") == ["boot2 b"]
+    assert _follow(j, d, "--merge", f"--cursor={c1}") == ["boot2 a", "boot2 b"]
