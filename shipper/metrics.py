@@ -14,6 +14,7 @@ from collections import deque
 from typing import Any, Callable, Iterable
 
 from shipper.events import Events
+from shipper.model import PipelineStatus
 from shipper.logs import redact
 
 log = logging.getLogger("shipper")
@@ -206,8 +207,8 @@ class Monitor:
     """Samples a running pipeline (every couple of seconds): gauges, rates, ETAs, /health's verdict,
     the status document (`shipper status`, /status, status.json) and the periodic progress line.
 
-    `p` is a `Pipeline` (duck-typed: file_status(), queue_events/bytes, output_up, last_error,
-    bytes_at_risk(), spool.spool.dead_letters, client.hosts). Times are passed in (monotonic).
+    `p` is the pipeline's typed status (`model.PipelineStatus`, from `Pipeline.snapshot()`), or
+    None while there is no pipeline. Times are passed in (monotonic).
     """
 
     def __init__(self, metrics: Metrics, events: TelemetryEvents, health_down_after_s: float = 60.0,
@@ -223,9 +224,9 @@ class Monitor:
 
     # ---------------------------------------------------------------- sampling
 
-    def files(self, p: Any, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    def files(self, p: PipelineStatus | None, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
         """file_status() plus each file's recent shipping rate (bytes/s) and ETA."""
-        files = list(p.file_status()) if p is not None else []
+        files = [f.to_dict() for f in p.files] if p is not None else []
         files.extend(extra_files)
         files.sort(key=lambda f: str(f.get("path")))
         for f in files:
@@ -235,9 +236,9 @@ class Monitor:
             f["eta_s"] = _round(eta_s(lag, r)) if isinstance(lag, int) else None
         return files
 
-    def sample(self, p: Any, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    def sample(self, p: PipelineStatus, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
         """Record totals for the rates and refresh the gauges; returns the files with their rates."""
-        raw = list(p.file_status()) + list(extra_files)
+        raw = [f.to_dict() for f in p.files] + list(extra_files)
         totals: dict[str, float] = {"in": self.m.get("shipper_events_read_total"),
                                     "out": self.m.get("shipper_events_shipped_total")}
         for f in raw:
@@ -250,10 +251,10 @@ class Monitor:
             if isinstance(f.get("lag_bytes"), int) and f.get("inode") is not None:
                 m.set("shipper_file_lag_bytes", f["lag_bytes"], path=f["path"])
         m.set("shipper_files_open", sum(1 for f in files if f.get("inode") is not None))
-        m.set("shipper_bytes_at_risk", p.bytes_at_risk())
+        m.set("shipper_bytes_at_risk", p.bytes_at_risk)
         m.set("shipper_queue_events", p.queue_events)
         m.set("shipper_queue_bytes", p.queue_bytes)
-        m.set("shipper_dead_letter_events", p.spool.spool.dead_letters)
+        m.set("shipper_dead_letter_events", p.dead_letters)
         down = self.down_for_s(p, now)
         m.set("shipper_output_down_seconds", round(down, 1) if down is not None else 0)
         eta = self._total_eta(files, p.queue_events)
@@ -271,7 +272,7 @@ class Monitor:
             return 0.0
         return max(known) if known else None
 
-    def down_for_s(self, p: Any, now: float) -> float | None:
+    def down_for_s(self, p: PipelineStatus | None, now: float) -> float | None:
         """How long the output has been down in this episode; None while it is up."""
         since = self.events.output_down_since
         if p is None or p.output_up or since is None:
@@ -280,7 +281,7 @@ class Monitor:
 
     # ---------------------------------------------------------------- verdicts and documents
 
-    def health(self, p: Any, now: float) -> tuple[bool, str]:
+    def health(self, p: PipelineStatus | None, now: float) -> tuple[bool, str]:
         """/health: unhealthy while starting, and once the output has been down past the threshold."""
         if p is None:
             return False, "starting"
@@ -289,7 +290,7 @@ class Monitor:
             return False, f"output down for {int(down)}s: {redact(p.last_error or 'no answer')}"
         return True, "ok"
 
-    def status_doc(self, p: Any, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    def status_doc(self, p: PipelineStatus | None, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
         """The document `shipper status --json` prints (SPEC's minimum shape, extended)."""
         files = self.files(p, extra_files)
         lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
@@ -300,21 +301,21 @@ class Monitor:
             "updated": time.time(), "started": self.started,
             "files": files,
             "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0},
-            "dead_letter": p.spool.spool.dead_letters if p else 0,
+            "dead_letter": p.dead_letters if p else 0,
             "output": {"up": bool(p.output_up) if p else False,
                        "last_error": redact(p.last_error) if p and p.last_error else None,
                        "down_since": wall_down, "down_for_s": _round(down),
-                       "hosts": [h.label for h in p.client.hosts] if p else []},
+                       "hosts": list(p.hosts) if p else []},
             "rates": {"events_in_per_s": _round(self.rates.rate("in")),
                       "events_out_per_s": _round(self.rates.rate("out")),
                       "bytes_out_per_s": _round(sum(f["rate_bytes_per_s"] or 0.0 for f in files))},
             "lag_bytes": lag, "eta_s": _round(self._total_eta(files, p.queue_events if p else 0)),
             "read_total": int(self.m.get("shipper_events_read_total")),
             "shipped_total": int(self.m.get("shipper_events_shipped_total")),
-            "bytes_at_risk": p.bytes_at_risk() if p else 0,
+            "bytes_at_risk": p.bytes_at_risk if p else 0,
         }
 
-    def progress(self, p: Any, now: float, files: list[dict[str, Any]], always: bool = False) -> None:
+    def progress(self, p: PipelineStatus, now: float, files: list[dict[str, Any]], always: bool = False) -> None:
         """Log "catching up" (rate, lag, ETA) every PROGRESS_EVERY_S while a backlog lasts, and
         "caught up" once when it is gone. With `always` (pipe), log while there is anything to do."""
         lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))

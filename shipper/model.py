@@ -8,7 +8,7 @@ An event (one line, or a multiline group) has the same shape; its offset is its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Line = tuple[int, int, bytes, int]
@@ -51,3 +51,90 @@ class DeadLetter:
     document: bytes           # the document's JSON source
     at: float                 # wall time
     doc_id: str = ""
+
+
+@dataclass(slots=True)
+class BatchMeta:
+    """A queued batch (what goes out in one bulk request), as the spool stores it: its sequence
+    number, document count, sizes, encoding and the file ranges (incarnation -> start, end) it covers."""
+
+    seq: int
+    events: int
+    raw_bytes: int
+    stored_bytes: int
+    gzipped: bool
+    covers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    at: float = 0.0
+
+
+@dataclass(slots=True)
+class Draft:
+    """What the sources read since the last commit: bulk pairs, the ranges they cover and the
+    checkpoints they advance. Committed as one spool transaction (grouped there into batches);
+    sources append, the record writer takes it whole. `started` is monotonic time."""
+
+    parts: list[bytes] = field(default_factory=list)
+    events: int = 0
+    nbytes: int = 0
+    covers: dict[str, list[int]] = field(default_factory=dict)     # incarnation -> [start, end]
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+    started: float = 0.0
+
+    def empty(self) -> bool:
+        return not self.parts and not self.checkpoints
+
+    def cover(self, incarnation: str, start: int, end: int) -> None:
+        """Extend the range this draft covers for an incarnation (it starts where the first take began)."""
+        cov = self.covers.get(incarnation)
+        if cov is None:
+            self.covers[incarnation] = [start, end]
+        else:
+            cov[1] = end
+
+
+@dataclass(frozen=True, slots=True)
+class FileStatus:
+    """One row of `shipper status` (SPEC: path, inode, offset shipped, size, lag)."""
+
+    path: str
+    inode: int | None
+    incarnation: str
+    offset: int               # acknowledged up to here
+    queued_offset: int        # read and queued up to here
+    size: int
+    lag_bytes: int
+    state: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "inode": self.inode, "incarnation": self.incarnation, "offset": self.offset,
+                "queued_offset": self.queued_offset, "size": self.size, "lag_bytes": self.lag_bytes,
+                "state": self.state}
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStatus:
+    """What the running pipeline shows `metrics.Monitor`, `/status` and `shipper status`."""
+
+    files: tuple[FileStatus, ...]
+    queue_events: int
+    queue_bytes: int
+    dead_letters: int
+    output_up: bool
+    last_error: str | None
+    last_success: float       # monotonic time of the last request that worked
+    hosts: tuple[str, ...]
+    bytes_at_risk: int
+    read_total: int
+    shipped_total: int
+    paused: bool
+    in_flight: int
+    drained: bool             # nothing read, queued or in flight is waiting
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One bulk request's body as sent: the stored bytes (gzip or raw), whether gzipped, its documents."""
+
+    body: bytes
+    gzipped: bool
+    count: int

@@ -1,6 +1,7 @@
 """Wiring and lifecycle: state lock, spool, output, metrics, inputs; signals, reload, shutdown order.
 
-Holds no pipeline logic: `Pipeline` does the work, this module starts it, stops it and swaps it.
+Holds no pipeline logic: `Pipeline` does the work, this module builds it (state, then output,
+then inputs), starts it, stops it and swaps it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import time
 from typing import Any
 
@@ -21,7 +23,11 @@ from shipper.config import Config, load_config
 from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
+from shipper.events import Events
+from shipper.model import PipelineStatus
 from shipper.pipeline import Pipeline
+from shipper.ship.sender import Sender
+from shipper.sources.files import FileSource
 from shipper.spool import AsyncSpool, Spool
 
 log = logging.getLogger("shipper")
@@ -70,6 +76,23 @@ def write_status(state_dir: str, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+async def open_state(state_dir: str) -> AsyncSpool:
+    """The spool (queue, checkpoints, dead letters), opened off the loop."""
+    return AsyncSpool(await asyncio.to_thread(Spool, state_dir))
+
+
+async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock,
+                         host_name: str | None = None) -> tuple[Pipeline, FileSource]:
+    """State, then output, then inputs: the pipeline over what the spool holds, and the files."""
+    contents = await spool.contents()
+    sender = Sender(cfg, events, clock)
+    p = Pipeline(cfg, spool, contents, sender, events, clock)
+    files = FileSource(cfg, contents.checkpoints, p.writer, events, clock, host_name or socket.gethostname())
+    p.writer.checkpoints_written.append(files.index_written)
+    p.add_source(files)
+    return p, files
+
+
 class Service:
     """`startup()` (state, output, inputs, READY=1) -> `run()` -> `shutdown()`; signals only set events."""
 
@@ -87,8 +110,9 @@ class Service:
         self.spool: AsyncSpool | None = None
         self.pipeline: Pipeline | None = None
         self._metrics_runner: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._sigint_count = 0
+        self._signalled = asyncio.Event()     # any signal: the run loop looks now
+        self._stopped = False
         self._ready = False          # the first scan is done and the inputs are open
         self.started_at = time.time()
 
@@ -97,57 +121,51 @@ class Service:
     async def startup(self) -> None:
         register_config_secrets(self.cfg)
         self.lock = StateLock(self.cfg.state_dir)
-        spool = await asyncio.to_thread(Spool, self.cfg.state_dir)
-        self.spool = AsyncSpool(spool)
-        self.pipeline = Pipeline(self.cfg, self.spool, self.events, self.clock)
+        self.spool = await open_state(self.cfg.state_dir)
+        self.pipeline, _files = await build_pipeline(self.cfg, self.spool, self.events, self.clock)
         if self.cfg.metrics.listen:
             self._metrics_runner = await serve_metrics(self.cfg.metrics.listen, self.metrics, self.health,
                                                        self.status_doc)
         self._install_signals()
-        self._start_pipeline_tasks()
         # ready means the inputs are open: the first scan has found (and resumed) every file, so a
         # rotation right after READY=1 (or after /health turned 200) cannot move a file we never saw
-        reader = self._tasks[0]
-        scanned = asyncio.create_task(self.pipeline.scanned.wait())
-        await asyncio.wait({scanned, reader}, return_when=asyncio.FIRST_COMPLETED)
-        scanned.cancel()
-        if reader.done():
-            reader.result()        # the reader died during the first scan: raise its error
+        await self.pipeline.start()
         self._ready = True
-        self.events.info("pipeline ready", inputs=len(self.cfg.inputs), queue_events=self.pipeline.queue_events,
-                         hosts=list(self.pipeline.client.hosts[i].label for i in range(len(self.pipeline.client.hosts))),
-                         c_fast_paths=native.splice is not None)
+        snap = self.pipeline.snapshot()
+        self.events.info("pipeline ready", inputs=len(self.cfg.inputs), queue_events=snap.queue_events,
+                         hosts=list(snap.hosts), c_fast_paths=native.splice is not None)
         if native.splice is None:
             log.warning("running without the C fast paths: the same documents at about twice the CPU; "
                         + ("SHIPPER_PURE_PYTHON is set" if native.PURE_PYTHON else
                            "installed without them (no compiler?): reinstall with gcc and the Python headers"))
         sdnotify.ready()
 
-    def _start_pipeline_tasks(self) -> None:
-        assert self.pipeline is not None
-        p = self.pipeline
-        self._tasks = [asyncio.create_task(p.reader(), name="reader")]
-        for i in range(self.cfg.output.max_in_flight):
-            self._tasks.append(asyncio.create_task(p.sender(), name=f"sender-{i}"))
-
     def health(self) -> tuple[bool, str]:
         p = self.pipeline
         if p is None or not self._ready:
             return False, "starting"
-        for t in self._tasks:
-            if t.done() and not t.cancelled() and t.exception() is not None:
-                return False, f"task {t.get_name()} failed"
-        return self.monitor.health(p, time.monotonic())
+        if p.failed is not None:
+            return False, "pipeline task failed"
+        return self.monitor.health(p.snapshot(), time.monotonic())
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, self.stop_event.set)
+        loop.add_signal_handler(signal.SIGTERM, self._on_sigterm)
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
-        loop.add_signal_handler(signal.SIGHUP, self.reload_event.set)
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
+
+    def _on_sigterm(self) -> None:
+        self.stop_event.set()
+        self._signalled.set()
+
+    def _on_sighup(self) -> None:
+        self.reload_event.set()
+        self._signalled.set()
 
     def _on_sigint(self) -> None:
         self._sigint_count += 1
         self.stop_event.set()
+        self._signalled.set()
         if self._sigint_count > 1:
             self.force_event.set()
 
@@ -157,15 +175,15 @@ class Service:
         next_wd = 0.0
         next_status = 0.0
         while not self.stop_event.is_set():
-            for t in self._tasks:
-                if t.done() and not t.cancelled() and t.exception() is not None:
-                    exc = t.exception()
-                    log.error("pipeline task failed", exc_info=exc, extra={"task": t.get_name()})
-                    return 1
+            p = self.pipeline
+            if p is not None and p.failed is not None:
+                log.error("pipeline task failed", exc_info=p.failed)
+                return 1
             now = time.monotonic()
             if now >= next_status:
                 self._refresh_gauges()
-                await asyncio.to_thread(self._write_status_safe)
+                doc = self.status_doc()      # taken on the loop: the pipeline is not thread-safe
+                await asyncio.to_thread(self._write_status_safe, doc)
                 next_status = now + STATUS_EVERY_S
             if wd and now >= next_wd:
                 sdnotify.watchdog_ping()
@@ -173,27 +191,16 @@ class Service:
             if self.reload_event.is_set():
                 self.reload_event.clear()
                 await self.reload()
-            try:
-                await asyncio.wait_for(self._any_signal(), timeout=0.5)
-            except asyncio.TimeoutError:
-                pass
+            await self.clock.wait(self._signalled, 0.5)
+            self._signalled.clear()
         return 0
-
-    async def _any_signal(self) -> None:
-        stop = asyncio.create_task(self.stop_event.wait())
-        rel = asyncio.create_task(self.reload_event.wait())
-        try:
-            await asyncio.wait({stop, rel}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            rel.cancel()
 
     async def shutdown(self) -> None:
         """Stop reading, queue the last lines with their offsets, flush within shutdown_timeout, close."""
         sdnotify.stopping()
         p = self.pipeline
         if p is not None:
-            self.events.info("stopping", queue_events=p.queue_events)
+            self.events.info("stopping", queue_events=p.snapshot().queue_events)
             await self._stop_pipeline(self.cfg.shutdown_timeout_s)
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
@@ -207,28 +214,9 @@ class Service:
     async def _stop_pipeline(self, timeout_s: float) -> None:
         p = self.pipeline
         assert p is not None
-        reader = self._tasks[0] if self._tasks else None
-        p.stopping = True
-        p.wake.set()                 # the reader may be waiting for the next write: it sees `stopping` now
-        if reader is not None:
-            try:
-                await asyncio.wait_for(reader, timeout=5.0)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
-                reader.cancel()
-            except Exception:
-                log.exception("reader failed during stop")
-        await p.stop_reading()
-        force = asyncio.create_task(self.force_event.wait())
-        drain = asyncio.create_task(p.drain(timeout_s))
-        await asyncio.wait({force, drain}, return_when=asyncio.FIRST_COMPLETED)
-        force.cancel()
-        drain.cancel()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-        p.close_files()
-        await p.client.close()
+        await p.stop(timeout_s, self.force_event)
+        await p.sender.client.close()
+        self._stopped = True
 
     async def reload(self) -> None:
         """SIGHUP: build and validate the new config first; swap the pipeline only if it is valid."""
@@ -258,9 +246,10 @@ class Service:
         assert self.spool is not None
         # a cancelled sender's ack may still run on the spool thread: the new pipeline reads the
         # queue and checkpoints once every call submitted before has finished (one worker, FIFO)
-        await self.spool.call(_noop)
-        self.pipeline = Pipeline(new, self.spool, self.events, self.clock)
-        self._start_pipeline_tasks()
+        await self.spool.flush()
+        self.pipeline, _files = await build_pipeline(new, self.spool, self.events, self.clock)
+        self._stopped = False
+        await self.pipeline.start()
         self.events.info("config reloaded", inputs=len(new.inputs))
         sdnotify.ready()
 
@@ -272,25 +261,25 @@ class Service:
         if p is None:
             return
         now = time.monotonic()
-        files = self.monitor.sample(p, now)
-        self.monitor.progress(p, now, files)
+        snap = p.snapshot()
+        files = self.monitor.sample(snap, now)
+        self.monitor.progress(snap, now, files)
+
+    def snapshot(self) -> PipelineStatus | None:
+        return self.pipeline.snapshot() if self.pipeline is not None else None
 
     def status_doc(self) -> dict[str, Any]:
-        return self.monitor.status_doc(self.pipeline, time.monotonic())
+        return self.monitor.status_doc(self.snapshot(), time.monotonic())
 
-    def _write_status_safe(self) -> None:
+    def _write_status_safe(self, doc: dict[str, Any] | None = None) -> None:
         try:
-            doc = self.status_doc()
-            if self.stop_event.is_set() and self.spool is not None and self._tasks == []:
+            doc = doc if doc is not None else self.status_doc()
+            if self.stop_event.is_set() and self.spool is not None and self._stopped:
                 doc["running"] = False
                 doc["daemon"] = "stopped"
             write_status(self.cfg.state_dir, doc)
         except OSError as e:
             log.debug("status file not written", extra={"error": str(e)})
-
-
-def _noop() -> None:
-    return None
 
 
 async def serve(cfg: Config, config_path: str | None = None) -> int:

@@ -20,7 +20,8 @@ from shipper.commands.status import daemon_running
 from shipper.config import load_config
 from shipper.errors import ShipperError
 from shipper.ship import bulk as bulkproto
-from shipper.spool import Spool, dlq_cancel, dlq_read_answer, dlq_request
+from shipper.control import dlq_cancel, dlq_read_answer, dlq_request
+from shipper.spool import Spool
 
 ANSWER_WAIT_S = 30.0
 

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import orjson
 
+from shipper.ship import batching
+
 FILTER_PATH = "errors,items.*.status,items.*.error.type,items.*.error.reason,items.*.error.caused_by.type,items.*.error.caused_by.reason"
 
 # item errors that a later attempt can cure
@@ -205,23 +207,6 @@ def dead_letter_pairs(items: list[dict[str, Any]]) -> list[bytes]:
     return pairs
 
 
-def group_pairs(pairs: list[bytes], max_events: int, max_bytes: int) -> list[list[bytes]]:
-    """Pairs -> consecutive groups of at most max_events pairs and about max_bytes (never empty)."""
-    groups: list[list[bytes]] = []
-    cur: list[bytes] = []
-    size = 0
-    for p in pairs:
-        if cur and (len(cur) >= max_events or size + len(p) > max_bytes):
-            groups.append(cur)
-            cur, size = [], 0
-        cur.append(p)
-        size += len(p)
-    if cur:
-        groups.append(cur)
-    return groups
-
-
 def dead_letter_bodies(items: list[dict[str, Any]], max_events: int, max_bytes: int) -> list[tuple[bytes, int]]:
     """Stored dead letters -> bulk bodies (body, documents) within the batch limits, for a replay."""
-    groups = group_pairs(dead_letter_pairs(items), max_events, max_bytes)
-    return [(join_pairs(g), len(g)) for g in groups]
+    return batching.group(dead_letter_pairs(items), max_events, max_bytes)

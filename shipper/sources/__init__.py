@@ -1,1 +1,1 @@
-"""The seam every input stands behind: files, stdin, the systemd journal (its cursor is its offset)."""
+"""Inputs behind one seam (`base.Source`): files, stdin, the systemd journal (its cursor is its offset); each reads into the writer's draft."""

@@ -22,7 +22,8 @@ from shipper.config import Config, ElasticsearchConfig, RetryConfig, TLSConfig
 from shipper.errors import TransportError
 from shipper.events import Events
 from shipper.ship.bulk import split_pairs
-from shipper.ship.sender import Attempt, Sender
+from shipper.model import Batch
+from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
 from tests.support.es import ES
 from tests.support.proxy import FaultProxy
@@ -68,10 +69,10 @@ def _sender(hosts: list[str], clock: FakeClock | None = None, events: Events | N
     return Sender(cfg, events or Recording(), clock or FakeClock())
 
 
-def _attempt(seqs: range | list[int], index: str = "t", pad: str = "") -> Attempt:
+def _attempt(seqs: range | list[int], index: str = "t", pad: str = "") -> Batch:
     body = b"".join(orjson.dumps({"create": {"_index": index, "_id": f"id-{n}"}}) + b"\n" +
                     orjson.dumps({"seq": n, "pad": pad}) + b"\n" for n in seqs)
-    return Attempt(body, False, len(seqs))
+    return Batch(body, False, len(seqs))
 
 
 def _seqs(es: ES, index: str = "t") -> list[int]:
@@ -126,7 +127,7 @@ async def test_413_halves_until_it_fits_and_one_document_too_large_is_dead(es: E
     try:
         docs = list(range(40))
         body = _attempt(docs[:20]).body + _attempt([20], pad="x" * 4000).body + _attempt(docs[21:]).body
-        dead = await s.deliver(Attempt(body, False, 40))
+        dead = await s.deliver(Batch(body, False, 40))
         assert [(d.status, orjson.loads(d.document)["seq"]) for d in dead] == [(413, 20)]
         assert "too large" in dead[0].reason
         assert _seqs(es) == [n for n in docs if n != 20]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from shipper.ship import bulk
+from shipper.ship import batching, bulk
 
 
 def _items(*statuses: int | tuple[int, str]) -> dict:
@@ -134,7 +134,7 @@ def test_dead_letters_become_bodies_with_their_index_and_id_within_the_limits() 
     assert [orjson.loads(bulk.pair_parts(p)[1])["n"] for p in pairs] == list(range(6))
 
 
-def test_group_pairs_respects_bytes_and_never_makes_an_empty_group() -> None:
+def test_group_respects_bytes_and_never_makes_an_empty_body() -> None:
     pairs = [b"x" * 40, b"y" * 40, b"z" * 100, b"w" * 10]
-    assert [len(g) for g in bulk.group_pairs(pairs, 10, 90)] == [2, 1, 1]
-    assert bulk.group_pairs([], 10, 90) == []
+    assert [n for _, n in batching.group(pairs, 10, 90)] == [2, 1, 1]
+    assert batching.group([], 10, 90) == []

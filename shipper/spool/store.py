@@ -10,36 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import sqlite3
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
 import diskcache
 
 from shipper.errors import SpoolFullError
-from shipper.model import Checkpoint, DeadLetter
+from shipper.model import BatchMeta, Checkpoint, DeadLetter
 
-try:  # ISA-L gzip is ~5x faster than zlib and releases the GIL just the same
-    from isal import igzip as _gzip_mod
-
-    def gzip_compress(data: bytes) -> bytes:
-        return _gzip_mod.compress(data, 1)
-
-    def gzip_decompress(data: bytes) -> bytes:
-        return _gzip_mod.decompress(data)
-except ImportError:  # pragma: no cover
-    import gzip as _gzip_std
-
-    def gzip_compress(data: bytes) -> bytes:
-        return _gzip_std.compress(data, 1)
-
-    def gzip_decompress(data: bytes) -> bytes:
-        return _gzip_std.decompress(data)
+from shipper.codec import decode_body, gzip_compress, gzip_decompress  # noqa: F401  (re-exported)
 
 log = logging.getLogger("shipper.spool")
 
@@ -67,15 +53,7 @@ _DELETE_RECORD = "DELETE FROM Cache WHERE key IN (?, ?) AND raw = 1"
 ROWS_PER_STATEMENT = 80      # 6 parameters a row: under SQLite's historical limit of 999
 
 
-@dataclass(slots=True)
-class RecordMeta:
-    seq: int
-    events: int
-    raw_bytes: int
-    stored_bytes: int
-    gzipped: bool
-    covers: dict[str, tuple[int, int]] = field(default_factory=dict)  # incarnation -> (start, end)
-    at: float = 0.0
+RecordMeta = BatchMeta
 
 
 class Spool:
@@ -377,78 +355,15 @@ class Spool:
         return self._guard(tx)
 
 
-# ---------------------------------------------------------------- dead-letter requests to a running daemon
-# `shipper dlq replay|purge` must not write the spool beside the daemon (its in-memory queue would
-# not know the new records), so it leaves a request file; the daemon claims it by renaming it,
-# acts on its own spool thread and writes the answer. A claimed request that a crash interrupted
-# is acted on at the next start (replay and purge are idempotent).
-
-DLQ_REQUEST = "dlq.request"
-DLQ_ANSWER = "dlq.answer"
+def _noop() -> None:
+    return None
 
 
-def dlq_request(state_dir: str, action: str, nonce: str) -> None:
-    """Leave a request for the daemon (atomically: it never sees half a file)."""
-    path = os.path.join(state_dir, DLQ_REQUEST)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{action} {nonce}\n")
-    os.replace(tmp, path)
-
-
-def dlq_cancel(state_dir: str) -> bool:
-    """Withdraw an unclaimed request; False when the daemon has claimed it already."""
-    try:
-        os.unlink(os.path.join(state_dir, DLQ_REQUEST))
-        return True
-    except FileNotFoundError:
-        return False
-
-
-def dlq_claim(state_dir: str) -> tuple[str, str, str] | None:
-    """The daemon's side: (action, nonce, claimed path) of a pending request, or None."""
-    path = os.path.join(state_dir, DLQ_REQUEST)
-    claimed = path + ".claimed"
-    if not os.path.exists(claimed):
-        try:
-            os.rename(path, claimed)
-        except FileNotFoundError:
-            return None
-    try:
-        with open(claimed) as f:
-            action, _, nonce = f.read().strip().partition(" ")
-    except OSError:
-        return None
-    if action not in ("replay", "purge"):
-        os.unlink(claimed)
-        return None
-    return action, nonce, claimed
-
-
-def dlq_answer(state_dir: str, claimed: str, nonce: str, action: str, count: int) -> None:
-    path = os.path.join(state_dir, DLQ_ANSWER)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{nonce} {action} {count}\n")
-    os.replace(tmp, path)
-    try:
-        os.unlink(claimed)
-    except FileNotFoundError:
-        pass
-
-
-def dlq_read_answer(state_dir: str, nonce: str) -> int | None:
-    """The count the daemon answered for this request, or None while there is no answer yet."""
-    try:
-        with open(os.path.join(state_dir, DLQ_ANSWER)) as f:
-            got, _action, count = f.read().split()
-    except (OSError, ValueError):
-        return None
-    return int(count) if got == nonce else None
-
-
-def decode_body(stored: bytes, gzipped: bool) -> bytes:
-    return gzip_decompress(stored) if gzipped else stored
+@dataclass(frozen=True, slots=True)
+class SpoolContents:
+    pending: tuple[RecordMeta, ...]
+    checkpoints: tuple[Checkpoint, ...]
+    dead_letters: int
 
 
 class AsyncSpool:
@@ -471,6 +386,7 @@ class AsyncSpool:
         if sys.getswitchinterval() > GIL_SWITCH_INTERVAL_S:
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self.spool = spool
+        self.dead_letters = spool.dead_letters
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
         self._checkpoint_every_s = checkpoint_every_s
         self._ckpt_wake = threading.Event()
@@ -480,6 +396,55 @@ class AsyncSpool:
             self._executor.submit(spool.set_autocheckpoint, 0)   # first on the spool thread
             self._ckpt_thread = threading.Thread(target=self._checkpointer, name="spool-checkpoint", daemon=True)
             self._ckpt_thread.start()
+
+    # ---------------------------------------------------------------- the typed API
+
+    async def contents(self) -> SpoolContents:
+        """What the store holds now (after every call submitted before): queued batches in order,
+        checkpoints, the dead-letter count. Copies, taken on the spool thread."""
+        def snap() -> SpoolContents:
+            sp = self.spool
+            return SpoolContents(tuple(dataclasses.replace(sp.pending[s]) for s in sorted(sp.pending)),
+                                 tuple(dataclasses.replace(cp) for cp in sp.checkpoints.values()),
+                                 sp.dead_letters)
+        c = await self.call(snap)
+        self.dead_letters = c.dead_letters
+        return c
+
+    async def commit(self, bodies: list[tuple[bytes, int]] | Callable[[], list[tuple[bytes, int]]],
+                     covers: dict[str, tuple[int, int]], checkpoints: list[Checkpoint],
+                     gzip: bool) -> list[tuple[RecordMeta, bytes]]:
+        def tx() -> list[tuple[RecordMeta, bytes]]:
+            return self.spool.commit(bodies() if callable(bodies) else bodies, covers, checkpoints, gzip)
+        return await self.call(tx)
+
+    async def read(self, seq: int) -> bytes | None:
+        return await self.call(self.spool.read, seq)
+
+    async def ack(self, seq: int, dead: list[DeadLetter] | tuple[DeadLetter, ...] = ()) -> int:
+        def tx() -> int:
+            self.spool.ack(seq, dead)
+            return self.spool.dead_letters
+        self.dead_letters = await self.call(tx)
+        return self.dead_letters
+
+    async def forget_checkpoints(self, incarnations: list[str]) -> list[str]:
+        return await self.call(self.spool.forget_checkpoints, incarnations)
+
+    async def replay_dead_letters(self, make_bodies: Callable[[list[dict[str, Any]]], list[tuple[bytes, int]]],
+                                  gzip: bool) -> list[tuple[RecordMeta, bytes]]:
+        out = await self.call(self.spool.replay_dead_letters, make_bodies, gzip)
+        self.dead_letters = 0
+        return out
+
+    async def purge_dead_letters(self) -> int:
+        n = await self.call(self.spool.purge_dead_letters)
+        self.dead_letters = 0
+        return n
+
+    async def flush(self) -> None:
+        """Returns once every call submitted before has finished (one worker, FIFO)."""
+        await self.call(_noop)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,73 @@
+"""The sender workers: outbox -> `ship.Sender` (bulk requests until every document is acked or
+dead-lettered) -> the ack in the spool, which drops the batch.
+
+`max_in_flight` workers run; ship/sender.py decides how many may post at once. A batch whose body
+is not cached is read from the spool first. Nothing leaves the queue before Elasticsearch acked it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from shipper.clock import Clock
+from shipper.events import Events
+from shipper.model import Batch, BatchMeta, DeadLetter
+from shipper.ship.outbox import Outbox
+from shipper.ship.sender import Sender
+from shipper.spool.store import AsyncSpool
+from shipper.spool.writer import DiskWait
+
+log = logging.getLogger("shipper.output")
+
+IDLE_WAIT_S = 1.0             # an idle sender looks whether reading is done at least this often
+
+
+class Delivery:
+    def __init__(self, outbox: Outbox, sender: Sender, spool: AsyncSpool, disk: DiskWait, events: Events,
+                 clock: Clock, finished: Callable[[], bool]) -> None:
+        self.outbox = outbox
+        self.sender = sender
+        self.spool = spool
+        self.disk = disk
+        self.events = events
+        self.clock = clock
+        self._finished = finished     # reading is done and everything read is in the outbox
+        self.on_ack: Callable[[], None] = _nothing
+
+    async def worker(self) -> None:
+        """Take batches in order and deliver each; return once reading is done and nothing is left."""
+        ob = self.outbox
+        while True:
+            # a batch wakes one idle sender, not all of them (each woken one would only wait again)
+            async with ob.idle_sender:
+                while not len(ob):
+                    ob.ready.clear()
+                    if self._finished():
+                        return
+                    await self.clock.wait(ob.ready, IDLE_WAIT_S)
+                meta, body = ob.take()
+            try:
+                if body is None:
+                    body = await self.spool.read(meta.seq)
+                if body is None:
+                    log.error("queue record missing", extra={"seq": meta.seq})
+                    ob.lost(meta)
+                    continue
+                dead = await self.sender.deliver(Batch(body, meta.gzipped, meta.events))
+                await self._ack(meta, dead)
+            finally:
+                ob.done()
+                self.on_ack()     # a draft held back for a free slot may go now
+
+    async def _ack(self, meta: BatchMeta, dead: list[DeadLetter]) -> None:
+        await self.disk.run(lambda: self.spool.ack(meta.seq, dead))
+        delivered = meta.events - len(dead)
+        self.outbox.acked(meta, delivered)
+        self.events.batch_acked(meta.seq, delivered, len(dead))
+        if dead:
+            self.events.dead_lettered(len(dead), dead[0].reason)
+
+
+def _nothing() -> None:
+    return None

@@ -1,0 +1,76 @@
+"""Pure batching: bulk pairs -> batches within `bulk_max_events`/`bulk_max_bytes`, and when a draft goes.
+
+One grouping rule for everything that becomes bulk requests (drafts read from files, replayed
+dead letters). No sleeping and no sending: the record writer and the senders act on these values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FULL_ENOUGH = 0.95            # with a backlog, a draft this full (of bulk_max_events) is committed
+
+
+def group(parts: list[bytes], max_events: int, max_bytes: int) -> list[tuple[bytes, int]]:
+    """Bulk pairs -> (body, documents) of at most max_events pairs and about max_bytes each: a group
+    closes before the pair that would take it over max_bytes (a single larger pair goes alone).
+    Never an empty body. One join per body (a large join releases the GIL)."""
+    n = len(parts)
+    if n <= max_events:
+        body = b"".join(parts)
+        if len(body) <= max_bytes:
+            return [(body, n)] if n else []
+    out: list[tuple[bytes, int]] = []
+    start = 0
+    while start < n:
+        end = min(n, start + max_events)
+        size = 0
+        for i in range(start, end):
+            size += len(parts[i])
+            if size > max_bytes and i > start:
+                end = i
+                break
+        out.append((b"".join(parts[start:end]), end - start))
+        start = end
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class DraftState:
+    """What the commit decision looks at (times are monotonic seconds)."""
+
+    events: int
+    nbytes: int
+    started: float
+    empty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_events: int
+    max_bytes: int
+    flush_interval_s: float
+    flush_min_interval_s: float
+    max_in_flight: int
+
+
+def should_commit(d: DraftState, lim: Limits, now: float, *, backlog: bool, committing: bool,
+                  in_flight: int, outbox_empty: bool, last_commit_at: float) -> bool:
+    """Does the draft go now? Full (events or bytes), or nearly full while behind; otherwise not
+    while another record is being written; a partial one goes at once when caught up and a request
+    slot is free, but at most once per flush_min_interval; else when flush_interval has passed."""
+    if d.empty:
+        return False
+    if d.events >= lim.max_events or d.nbytes >= lim.max_bytes:
+        return True
+    if backlog and d.events >= lim.max_events * FULL_ENOUGH:
+        return True        # behind: a nearly full draft goes rather than a few more lines in a second body
+    if committing:
+        return False       # the record being written goes first; this one keeps filling meanwhile
+    if (d.events and in_flight < lim.max_in_flight and outbox_empty and not backlog
+            and now - last_commit_at >= lim.flush_min_interval_s):
+        # caught up and a request slot is free: send now rather than wait for a timer, but at most
+        # one partial draft per flush_min_interval: a writer that appends line by line (pino's
+        # default) would otherwise cost a request, a spool transaction and an ack per line
+        return True
+    return now - d.started >= lim.flush_interval_s

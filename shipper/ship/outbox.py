@@ -1,0 +1,122 @@
+"""Batches waiting for a sender, the queue's accounting and backpressure.
+
+The record writer adds what the spool stored; senders take in order and report each ack. Only
+what the senders take next keeps its body in memory: a backlog (slow output) is re-read from the
+spool when its turn comes, so memory stays flat however long the queue. Never touches the spool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Iterable
+
+from shipper.events import Events
+from shipper.model import BatchMeta
+
+BODY_CACHE_BYTES = 8 * 1024 * 1024    # batch bodies kept in memory for the senders; beyond: re-read
+RESUME_FRACTION = 0.75        # paused reading resumes when the queue is below this share of max_bytes
+
+
+class Outbox:
+    def __init__(self, max_queue_bytes: int, max_in_flight: int, events: Events) -> None:
+        self.max_queue_bytes = max_queue_bytes
+        self.max_in_flight = max(1, max_in_flight)
+        self.events = events
+        self._waiting: deque[tuple[BatchMeta, bytes | None]] = deque()
+        self.pending: dict[int, BatchMeta] = {}      # every queued batch not yet acked (in flight too)
+        self.queue_events = 0
+        self.queue_bytes = 0
+        self.cached_bytes = 0
+        self.in_flight = 0
+        self.shipped_total = 0
+        self.ready = asyncio.Event()
+        self.idle_sender = asyncio.Lock()     # one idle sender waits for a batch, the others queue behind it
+        self.space = asyncio.Event()
+        self.paused = False
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def restore(self, pending: Iterable[BatchMeta]) -> None:
+        """At start: what the spool still holds, in order (bodies are read when sent)."""
+        for meta in pending:
+            self._queue(meta, None)
+        if self._waiting:
+            self.ready.set()
+
+    def add(self, batches: list[tuple[BatchMeta, bytes]], *, cache: bool = True) -> None:
+        for meta, stored in batches:
+            keep = cache and len(self._waiting) < self.max_in_flight and \
+                self.cached_bytes + len(stored) <= BODY_CACHE_BYTES
+            self._queue(meta, stored if keep else None)
+            self.events.events_queued(meta.events, meta.stored_bytes)
+        if batches:
+            self.ready.set()
+            self.events.queue_state(self.queue_events, self.queue_bytes)
+
+    def _queue(self, meta: BatchMeta, body: bytes | None) -> None:
+        self._waiting.append((meta, body))
+        self.pending[meta.seq] = meta
+        self.queue_events += meta.events
+        self.queue_bytes += meta.stored_bytes
+        if body is not None:
+            self.cached_bytes += len(body)
+
+    def take(self) -> tuple[BatchMeta, bytes | None]:
+        """The next batch for a sender (which then holds a request slot until `done`)."""
+        meta, body = self._waiting.popleft()
+        if body is not None:
+            self.cached_bytes -= len(body)
+        self.in_flight += 1
+        return meta, body
+
+    def done(self) -> None:
+        self.in_flight -= 1
+
+    def acked(self, meta: BatchMeta, delivered: int) -> None:
+        """The spool dropped the batch: Elasticsearch acknowledged (or dead-lettered) every document."""
+        self._forget(meta)
+        self.shipped_total += delivered
+        self.events.queue_state(self.queue_events, self.queue_bytes)
+        if self.paused and self.has_space():
+            self.space.set()
+
+    def lost(self, meta: BatchMeta) -> None:
+        """The spool no longer holds it (cannot happen: one transaction writes body and metadata)."""
+        self._forget(meta)
+
+    def _forget(self, meta: BatchMeta) -> None:
+        if self.pending.pop(meta.seq, None) is not None:
+            self.queue_events -= meta.events
+            self.queue_bytes -= meta.stored_bytes
+
+    # ---------------------------------------------------------------- backpressure
+
+    def is_full(self) -> bool:
+        """Reading pauses at queue.max_bytes and resumes below RESUME_FRACTION of it, so a slow
+        output does not flip reading on and off at every ack."""
+        return self.queue_bytes >= self.max_queue_bytes or (self.paused and not self.has_space())
+
+    def has_space(self) -> bool:
+        return self.queue_bytes <= self.max_queue_bytes * RESUME_FRACTION
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.paused = True
+            self.events.backpressure(True, self.queue_bytes)
+        self.space.clear()
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.events.backpressure(False, self.queue_bytes)
+
+    def shipped_offsets(self) -> dict[str, int]:
+        """Per incarnation: the lowest start of a range not yet acknowledged."""
+        out: dict[str, int] = {}
+        for meta in self.pending.values():
+            for inc, (start, _end) in meta.covers.items():
+                if inc not in out or start < out[inc]:
+                    out[inc] = start
+        return out

@@ -1,0 +1,92 @@
+"""The seam every input stands behind: the reader loop drives sources only through `Source`.
+
+A source reads into the writer's current draft (`Drafts.draft`): bulk pairs, the ranges they
+cover (incarnation -> offsets; for a stream, stream offsets) and the checkpoints they advance, so
+a position is committed only with the events it covers. Sources never commit, send or sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Mapping, Protocol
+
+from shipper.model import Checkpoint, Draft, FileStatus
+
+
+class Drafts(Protocol):
+    """The record writer, as a source sees it."""
+
+    @property
+    def draft(self) -> Draft: ...
+    def stage(self, cp: Checkpoint) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """How much the draft may still take in this read round."""
+
+    max_events: int
+    max_bytes: int
+    full_events: int      # with a backlog, a draft of this many events is full enough to go
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    read: bool            # something was read (or a source is not at its end)
+    backlog: bool         # a source stopped with more to read, or the draft is full
+
+
+class Source(Protocol):
+    @property
+    def exhausted(self) -> bool:
+        """Nothing more will come (stdin at EOF, all read); files never are."""
+        ...
+
+    async def start(self, wake: asyncio.Event) -> None:
+        """Start watching (wake.set() when there may be something to read)."""
+        ...
+
+    async def tick(self, now: float) -> None:
+        """Housekeeping between read rounds: rescans on schedule, opening, cleaning (monotonic now)."""
+        ...
+
+    def read_round(self, room: Room, now_wall: float, now_mono: float) -> Progress: ...
+
+    def flush_due(self, now_mono: float) -> None:
+        """Events held past their timeout (multiline) go into the draft."""
+        ...
+
+    async def check(self, now_mono: float) -> None:
+        """Rotation, truncation, deletion and idleness of what is open."""
+        ...
+
+    def next_deadline(self) -> float | None:
+        """The monotonic time something held must go, if any."""
+        ...
+
+    def pause_watch(self) -> None: ...
+    def resume_watch(self) -> None: ...
+
+    async def stop(self) -> None:
+        """Stopping: take the last complete lines into the draft and stop watching."""
+        ...
+
+    def close(self) -> None: ...
+
+    def status(self, shipped: Mapping[str, int], writing: list[Draft]) -> list[FileStatus]:
+        """Rows for `shipper status`: `shipped` maps incarnation -> lowest unacknowledged offset."""
+        ...
+
+    def bytes_at_risk(self) -> int: ...
+
+
+def lowest_unshipped(inc: str, queued: int, shipped: Mapping[str, int], drafts: list[Draft]) -> int:
+    """The offset below which everything of `inc` is acknowledged: the lowest start of a range in
+    the queue or in a draft not yet queued, else what is queued."""
+    out = shipped.get(inc, queued)
+    for d in drafts:
+        cov = d.covers.get(inc)
+        if cov is not None and cov[0] < out:
+            out = cov[0]
+    return out

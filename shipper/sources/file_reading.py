@@ -1,0 +1,318 @@
+"""Reading open files into the draft, and what happens to an open file: rotation, truncation, its end.
+
+Lines of each open file are parsed (multiline, then the input's document builder) into the
+writer's draft together with the checkpoint move they make. A file renamed or deleted is read to
+its end; a truncated one (copytruncate) goes on as a new incarnation from 0 while its unread range
+is read from the copy logrotate left beside it (looked for off the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from typing import Callable
+
+from shipper.clock import Clock
+from shipper.config import Config
+from shipper.events import Events
+from shipper.model import Checkpoint, Line
+from shipper.parse.document import DocBuilder
+from shipper.parse.multiline import MultilineAggregator
+from shipper.sources.base import Drafts, Progress, Room
+from shipper.tail import identity, look
+from shipper.tail.catalog import Catalog
+from shipper.tail.files import FileSet, Holder, Key, OpenFile, Parked, disk_stat
+from shipper.tail.harvester import CHUNK_BYTES, Harvester
+from shipper.tail.recovery import Recovery
+
+DELETED_GRACE_S = 1.0         # a deleted file, read to its end, is closed this long after its last growth
+READ_BYTES = 256 * 1024       # per file and read round: 4 x 1 MiB copies cost RSS and page faults
+ROOM_FILL = 0.9               # a read round aims at this share of the lines the draft still has room for
+
+
+class FileReader:
+    def __init__(self, cfg: Config, catalog: Catalog, files: FileSet, recovery: Recovery, writer: Drafts,
+                 events: Events, clock: Clock, host_name: str, rescan_soon: Callable[[], None]) -> None:
+        self.cfg = cfg
+        self.catalog = catalog
+        self.files = files
+        self.recovery = recovery
+        self.writer = writer
+        self.events = events
+        self.clock = clock
+        self.builders = [DocBuilder(inp, cfg.output.index, host_name) for inp in cfg.inputs]
+        self._rescan_soon = rescan_soon
+        self._copy_failures: dict[str, int] = {}
+        self.read_total = 0
+
+    def holder(self, idx: int) -> Holder | None:
+        m = self.cfg.inputs[idx].multiline
+        return None if m is None else MultilineAggregator(m.start, m.max_lines, m.timeout_s)
+
+    def make(self, path: str, idx: int, fd: int, st: object, cp: Checkpoint, *, start: int | None = None,
+             gz: look.GzipReader | None = None, size_hint: int | None = None, role: str = "live") -> OpenFile:
+        inp = self.cfg.inputs[idx]
+        h = Harvester(path, fd, st, cp, inp.max_line_bytes, self.clock.monotonic(),  # type: ignore[arg-type]
+                      start_offset=start, gz=gz, size_hint=size_hint)
+        return OpenFile(h, idx, self.holder(idx), "copy" if role == "copy" else "live")
+
+    # ---------------------------------------------------------------- reading
+
+    def read_round(self, room: Room, now_wall: float, now_mono: float) -> Progress:
+        """One pass over every open file, bounded by the draft's room."""
+        progressed = False
+        backlog = False
+        draft = self.writer.draft
+        for f in list(self.files.open.values()):
+            h = f.harvester
+            if h.fd < 0:
+                continue
+            budget = min(READ_BYTES, max(64 * 1024, room.max_bytes - draft.nbytes))
+            # about the lines the draft has room for: a round that overshoots bulk_max_events
+            # makes the grouping cut a small extra body (2000 + 250 docs: two requests, not one)
+            if f.line_bytes:
+                left = room.max_events - draft.events
+                budget = min(budget, max(4096, int(left * f.line_bytes * ROOM_FILL)))
+            else:
+                budget = min(budget, 64 * 1024)     # line length not known yet: a first look
+            lines = h.read(budget)
+            if not lines and h.splitter.offset == f.checkpoint.offset:
+                continue
+            if lines:
+                f.line_bytes = (lines[-1][1] - lines[0][0]) / len(lines)
+            progressed = progressed or bool(lines) or not h.at_eof
+            backlog = backlog or not h.at_eof
+            h.last_growth = now_mono if lines else h.last_growth
+            self.take(f, lines, now_wall, now_mono)
+            if draft.events >= room.full_events or draft.nbytes >= room.max_bytes:
+                backlog = True
+                break
+        return Progress(progressed, backlog)
+
+    def take(self, f: OpenFile, lines: list[Line], now_wall: float, now_mono: float, *, grouped: bool = False) -> None:
+        """Parse lines of one file into the draft and move its checkpoint (`grouped`: already events)."""
+        cp = f.checkpoint
+        if f.holder is not None and not grouped:
+            evs: list[Line] = []
+            for ln in lines:
+                evs.extend(f.holder.feed(ln, now_mono))
+            lines = evs
+        draft = self.writer.draft
+        if draft.empty():
+            draft.started = now_mono
+        if lines:
+            n0 = len(draft.parts)
+            draft.nbytes += self.builders[f.input_idx].build(cp.incarnation, cp.path, lines, now_wall, draft.parts)
+            draft.events += len(draft.parts) - n0
+            self.read_total += len(lines)
+            if not grouped:
+                self.events.lines_read(cp.path, len(lines), 0)
+        new_off = f.committed_offset()
+        if new_off != cp.offset or cp.incarnation not in draft.checkpoints or grouped:
+            draft.cover(cp.incarnation, cp.offset, new_off)
+            cp.offset = new_off
+            if not grouped:
+                cp.size = f.harvester.size
+                if f.role == "live":
+                    f.harvester.refresh_fingerprint()
+            cp.updated = now_wall
+            draft.checkpoints[cp.incarnation] = dataclasses.replace(cp)
+
+    def flush_due(self, now_mono: float) -> None:
+        for f in self.files.open.values():
+            agg = f.holder
+            if agg is None or agg.next_deadline is None or agg.next_deadline > now_mono:
+                continue
+            evs = agg.flush_due(now_mono)
+            if evs:
+                self.take(f, evs, self.clock.time(), now_mono, grouped=True)
+
+    def next_deadline(self) -> float | None:
+        out: float | None = None
+        for f in self.files.open.values():
+            d = f.holder.next_deadline if f.holder is not None else None
+            if d is not None and (out is None or d < out):
+                out = d
+        return out
+
+    # ---------------------------------------------------------------- what happened to open files
+
+    def stage(self, cp: Checkpoint) -> None:
+        self.writer.stage(cp)
+        self.catalog.index(cp)
+
+    def finish_cp(self, cp: Checkpoint) -> None:
+        """Nothing more will be read for this incarnation."""
+        cp.finished = True
+        cp.updated = self.clock.time()
+        self.stage(cp)
+        self.recovery.forget_orphan(cp.incarnation)
+
+    async def check(self, now: float) -> None:
+        """Rotation, truncation, deletion and idleness of every open file."""
+        for key, f in list(self.files.open.items()):
+            if key not in self.files.open:
+                continue
+            h = f.harvester
+            if f.role == "copy":
+                if h.error is not None:
+                    self._copy_failed(key, f)
+                elif h.at_eof:
+                    self.finish(key, f, "rotated copy read")
+                continue
+            what = h.check(now)
+            if what == "truncated":
+                await self.on_truncated(key, f)
+                continue
+            if what == "touched":
+                self.recovery.lost_sight_of(f.checkpoint.path, f.input_idx)
+                self._rescan_soon()
+            if what in ("renamed", "deleted"):
+                self.events.file_rotated(h.path, h.inode, what)
+            if not h.at_eof or h.position < h.size:
+                continue
+            idle_s = now - h.last_growth
+            if h.state == "deleted":
+                if idle_s >= DELETED_GRACE_S:
+                    self.finish(key, f, "deleted")
+            elif idle_s >= self.cfg.inputs[f.input_idx].close_inactive_s and not f.holds_lines():
+                self.park(key, f, "inactive")
+
+    async def on_truncated(self, key: Key, f: OpenFile) -> None:
+        """copytruncate (or any truncation): the range not read yet is in the copy logrotate left
+        beside the file, found by content; it is read from there as the old incarnation (same _ids)
+        while the file itself goes on as a new incarnation from 0."""
+        h = f.harvester
+        old = f.checkpoint
+        committed = f.committed_offset()
+        self.events.file_truncated(h.path, h.inode, committed)
+        files = self.files
+        if old.fp_len and files.free_slots() <= 0:
+            for _t, k, idle in files.idle(self.clock.monotonic()):
+                if k != key and idle.harvester.check(self.clock.monotonic()) == "same":
+                    self.park(k, idle, "max_open_files")
+                    break
+        may_open = files.free_slots() > 0
+        found = await asyncio.to_thread(look.look_after_truncation, h.path, h.fd, old, committed,
+                                        set(files.open), may_open)
+        if found.copy is not None:
+            c = found.copy
+            ckey = (c.st.st_dev, c.st.st_ino)
+            if ckey in files.open or key not in files.open:
+                c.close()
+            else:
+                files.unpark(ckey)
+                old.offset = committed
+                files.open[ckey] = self.make(found.copy_path, f.input_idx, c.fd, c.st, old, start=committed,
+                                             gz=c.gz, role="copy")
+                self.events.rotated_copy_opened(old.path, found.copy_path, old.incarnation, committed)
+        elif old.fp_len and not may_open:
+            # no slot for the copy now: the old incarnation stays unfinished at what was read, so the
+            # next rescan's look for orphans queues its copy for a slot like any other file
+            old.offset = committed
+            self.catalog.index(old)
+        else:
+            # no copy: what we hold is all there is of the old incarnation
+            tail = self.final_events(f)
+            if tail:
+                self.take(f, tail, self.clock.time(), self.clock.monotonic(), grouped=True)
+            lost = max(0, h.size - h.position)
+            if lost:
+                self.events.bytes_lost(h.path, h.inode, lost, "truncated before it was read, and no rotated copy found")
+            self.finish_cp(old)
+        fp_len, fp = found.new_fp if found.new_fp is not None else (0, identity.digest(b""))
+        cp = Checkpoint(identity.new_incarnation(), old.path, h.dev, h.inode, fp_len, fp, 0, found.new_size,
+                        self.clock.time())
+        h.restart_at_zero(cp)
+        f.holder = self.holder(f.input_idx)   # held lines of the old one are re-read from the copy
+        self.stage(cp)
+        # truncated more than once since we looked? the copies of what we never saw lie beside it too
+        self.recovery.lost_sight_of(old.path, f.input_idx)
+        self._rescan_soon()
+
+    def _copy_failed(self, key: Key, f: OpenFile) -> None:
+        """A compressed copy that cannot be read (yet): logrotate may still be writing it. Close it;
+        the incarnation stays unfinished, so a later rescan finds it again (three tries)."""
+        h = f.harvester
+        cp = f.checkpoint
+        n = self._copy_failures.get(cp.incarnation, 0) + 1
+        self._copy_failures[cp.incarnation] = n
+        self.events.file_error(h.path, h.error or "unreadable")
+        cp.offset = f.committed_offset()
+        self.files.close(key)
+        if n >= 3:
+            self.events.bytes_lost(cp.path, cp.inode, max(0, h.size - cp.offset), "rotated copy unreadable")
+            self._copy_failures.pop(cp.incarnation, None)
+            self.finish_cp(cp)
+        else:
+            self.catalog.index(cp)
+
+    def final_events(self, f: OpenFile) -> list[Line]:
+        """The file will not grow again: its last line without newline, and the multiline event
+        held for it, complete now."""
+        tail = f.harvester.flush_partial()
+        if f.holder is None:
+            return tail
+        evs: list[Line] = []
+        for ln in tail:
+            evs.extend(f.holder.feed(ln, self.clock.monotonic()))
+        evs.extend(f.holder.flush())
+        return evs
+
+    def finish(self, key: Key, f: OpenFile, reason: str) -> None:
+        """The file will not grow again: its last partial line and held multiline event count."""
+        h = f.harvester
+        tail = self.final_events(f)
+        if tail:
+            self.take(f, tail, self.clock.time(), self.clock.monotonic(), grouped=True)
+        else:
+            f.checkpoint.offset = f.committed_offset()
+        cp = f.checkpoint
+        self._copy_failures.pop(cp.incarnation, None)
+        self.finish_cp(cp)
+        self.events.file_closed(h.path, h.inode, cp.offset, reason)
+        if f.role == "copy":
+            # a rotated copy the globs may also show: remember it, so it is not looked at again
+            size, mtime_ns = disk_stat(h.fd)
+            self.files.remember(key, Parked(size, mtime_ns, cp.incarnation, h.path, f.input_idx))
+        self.files.close(key)
+
+    def park(self, key: Key, f: OpenFile, reason: str) -> None:
+        """Close a file that is read to its end; it is reopened (by identity) when it changes."""
+        h = f.harvester
+        cp = f.checkpoint
+        if h.state != "active":
+            # renamed: the globs no longer show it; its rotated siblings do (an orphan, remembered)
+            try:
+                pst = os.stat(h.path)
+            except OSError:
+                pst = None
+            if pst is not None and (pst.st_dev, pst.st_ino) == key:
+                self.recovery.remember_orphan(cp.incarnation, h.path, h.inode, h.size, h.mtime_ns)
+        self.catalog.index(cp)
+        self.files.park(key, f, reason)
+
+    async def read_deleted_to_end(self, budget_bytes: int = 64 * 1024 * 1024) -> None:
+        """Stopping: a file deleted while open cannot be found again after a restart, so what it
+        still holds is read now (bounded), before the final commit."""
+        now_mono = self.clock.monotonic()
+        for key, f in list(self.files.open.items()):
+            h = f.harvester
+            if f.role != "live" or key not in self.files.open:
+                continue
+            if h.check(now_mono) == "truncated":
+                await self.on_truncated(key, f)
+                h.check(now_mono)
+            if h.state != "deleted":
+                continue
+            while budget_bytes > 0:
+                before = h.position
+                lines = h.read(CHUNK_BYTES)
+                budget_bytes -= h.position - before
+                if lines:
+                    self.take(f, lines, self.clock.time(), now_mono)
+                if h.at_eof and not lines:
+                    break
+            if budget_bytes > 0:
+                self.finish(key, f, "deleted")

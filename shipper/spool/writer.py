@@ -1,0 +1,164 @@
+"""The record writer: drafts become batches in the spool, in order, with the checkpoints they advance.
+
+While one draft is written on the spool thread the loop keeps reading into the next; up to
+WRITES_BEHIND may wait behind the reader. A failure to write is raised by the next commit, and
+no later draft is written after it (its checkpoints would skip lines). Written batches go to the
+senders (the outbox, handed in: the spool imports nothing of ship/). A full disk is waited out here (once logged), never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import deque
+from typing import Any, Awaitable, Callable, TypeVar
+
+from shipper.clock import Clock
+from shipper.errors import SpoolFullError
+from shipper.events import Events
+from shipper.model import BatchMeta, Checkpoint, Draft
+from shipper.spool.store import AsyncSpool
+
+T = TypeVar("T")
+Group = Callable[[list[bytes], int, int], list[tuple[bytes, int]]]    # ship.batching.group
+Deliver = Callable[[list[tuple[BatchMeta, bytes]]], None]             # ship.outbox.Outbox.add
+
+WRITES_BEHIND = 2             # drafts the reader may have handed to the spool thread and not yet seen written
+FULL_DISK_RETRY_S = 1.0
+
+
+class DiskWait:
+    """Spool writes that wait out a full disk: logged once per episode, retried, never dropped.
+    SQLite rolls a failed transaction back, so the queue stays as it was before the attempt.
+    After `give_up_at` (monotonic; set when stopping) the error is raised instead."""
+
+    def __init__(self, events: Events, clock: Clock) -> None:
+        self.events = events
+        self.clock = clock
+        self.full = False
+        self.give_up_at: float | None = None
+
+    async def run(self, op: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            try:
+                result = await op()
+            except SpoolFullError as e:
+                if not self.full:
+                    self.full = True
+                    self.events.spool_error(str(e))
+                if self.give_up_at is not None and self.clock.monotonic() >= self.give_up_at:
+                    raise          # stopping: what was not written is read again at the next start
+                await self.clock.sleep(FULL_DISK_RETRY_S)
+                continue
+            if self.full:
+                self.full = False
+                self.events.info("spool writable again")
+            return result
+
+
+class RecordWriter:
+    """Owns the draft sources read into (`draft`), and writes it on `commit()`."""
+
+    def __init__(self, spool: AsyncSpool, group: Group, deliver: Deliver, disk: DiskWait, clock: Clock, *,
+                 max_events: int, max_bytes: int, gzip: bool, wake: asyncio.Event) -> None:
+        self.spool = spool
+        self.group = group
+        self.deliver = deliver
+        self.disk = disk
+        self.clock = clock
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.gzip = gzip
+        self.wake = wake
+        self.draft = Draft()
+        self.last_commit_at = float("-inf")     # when the last draft was handed over (flush_min_interval)
+        self.lock = asyncio.Lock()              # held by the draft being written (drafts are written in order)
+        self._writes: deque[tuple[Draft, asyncio.Future[None]]] = deque()
+        self._error: BaseException | None = None
+        self.checkpoints_written: list[Callable[[list[Checkpoint]], None]] = []
+
+    @property
+    def committing(self) -> bool:
+        """A draft is being written (or waits to be): the current draft alone does not show everything read."""
+        return bool(self._writes)
+
+    def writing(self) -> list[Draft]:
+        """The drafts handed over and not yet in the spool (status counts their lines as read, not queued)."""
+        return [d for d, _ in self._writes]
+
+    def stage(self, cp: Checkpoint) -> None:
+        """A checkpoint move without lines (a finished or new incarnation): written with the next draft."""
+        d = self.draft
+        if d.empty():
+            d.started = self.clock.monotonic()
+        d.checkpoints[cp.incarnation] = dataclasses.replace(cp)
+
+    async def commit(self, wait: bool = True) -> None:
+        """Write the draft as batches with its checkpoints (one transaction), then hand them to the outbox.
+
+        With wait=False (the reader) only the hand-over is awaited: grouping, gzip and SQLite run
+        on the spool thread while the loop reads on. Drafts are written one at a time, in order
+        (each write holds the lock; asyncio's lock is FIFO). wait=True returns when this draft and
+        every one before it is in the outbox."""
+        if self._error is not None:
+            raise self._error
+        while len(self._writes) >= WRITES_BEHIND:
+            await asyncio.shield(self._writes[0][1])
+        draft = self.draft
+        if draft.empty():
+            if wait and self._writes:
+                await asyncio.shield(self._writes[-1][1])
+            return
+        self.draft = Draft()
+        self.last_commit_at = self.clock.monotonic()
+        task = asyncio.ensure_future(self._write(draft))
+        task.add_done_callback(_retrieve)       # a failure is raised through _error, by every later commit
+        self._writes.append((draft, task))
+        if wait:
+            # shielded: the draft's lines are nowhere else, so a cancelled caller must not cancel
+            # its write; it goes on, and the next commit raises its failure
+            await asyncio.shield(task)
+
+    async def _write(self, draft: Draft) -> None:
+        try:
+            async with self.lock:
+                if self._error is not None:
+                    raise self._error       # an earlier draft was not written: neither is this one
+                try:
+                    await self._store(draft)
+                except BaseException as e:
+                    self._error = e
+                    raise
+        finally:
+            self._writes = deque(w for w in self._writes if w[0] is not draft)
+            if not self.draft.empty():
+                self.wake.set()     # what was read meanwhile may go now (should_commit held it back)
+
+    async def _store(self, draft: Draft) -> None:
+        covers = {k: (v[0], v[1]) for k, v in draft.covers.items()}
+        parts, max_events, max_bytes, group = draft.parts, self.max_events, self.max_bytes, self.group
+        cps = list(draft.checkpoints.values())
+
+        def bodies() -> list[tuple[bytes, int]]:
+            return group(parts, max_events, max_bytes)     # on the spool thread
+
+        # a full disk waits here (logged once): reading pauses with it, the files are the buffer
+        batches = await self.disk.run(lambda: self.spool.commit(bodies, covers, cps, self.gzip))
+        for hook in self.checkpoints_written:
+            hook(cps)
+        self.deliver(batches)
+
+    async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:
+        """Forget checkpoints in the store, between two drafts' writes: `pick` gets the incarnations
+        the current draft moves (never forgotten) and returns those to delete."""
+        async with self.lock:
+            incs = pick(set(self.draft.checkpoints))
+            if not incs:
+                return []
+            return await self.spool.forget_checkpoints(incs)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a write's failure as seen (commit() raises it via _error)."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,169 @@
+"""The open-file set under `max_open_files` (Vector's FileServer): files open, waiting for a slot, parked.
+
+A file is open (a harvester reads it), waiting (for a slot, in arrival order: fair), or parked
+(read to its end and closed; reopened when its size or mtime changes). The cap counts every fd
+held on a log file, the short looks included: one slot stays free for them (a rotated sibling's
+head, a copy check), so `max_open_files` is never exceeded, not even for an instant.
+No reading and no deciding here: `sources/files.py` does both.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from shipper.events import Events
+from shipper.model import Checkpoint, Line
+from shipper.tail.harvester import Harvester
+
+Key = tuple[int, int]                 # (dev, inode)
+Role = Literal["live", "copy"]        # live: the file itself (maybe renamed); copy: a rotated copy read to its end
+Why = Literal["glob", "renamed", "copy", "gz", "successor"]
+
+
+class Holder(Protocol):
+    """What holds lines back from a checkpoint (the multiline aggregator): never checkpoint past it."""
+
+    @property
+    def pending_start(self) -> int | None: ...
+    @property
+    def next_deadline(self) -> float | None: ...
+    def feed(self, line: Line, now: float) -> list[Line]: ...
+    def flush_due(self, now: float) -> list[Line]: ...
+    def flush(self) -> list[Line]: ...
+
+
+@dataclass(slots=True)
+class OpenFile:
+    harvester: Harvester
+    input_idx: int
+    holder: Holder | None = None     # a MultilineAggregator when the input has multiline
+    role: Role = "live"
+    line_bytes: float = 0.0          # mean line length of the last read (sizes reads to the draft's room)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.harvester.checkpoint
+
+    def committed_offset(self) -> int:
+        """The offset a checkpoint may record: never past a line still held (partial or multiline)."""
+        off = self.harvester.splitter.offset
+        if self.holder is not None:
+            ps = self.holder.pending_start
+            if ps is not None and ps < off:
+                off = ps
+        return off
+
+    def holds_lines(self) -> bool:
+        return self.holder is not None and self.holder.pending_start is not None
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A file to open: found by the globs, or where an incarnation's content lives now."""
+
+    path: str
+    input_idx: int
+    key: Key
+    why: Why
+    cp: Checkpoint | None = None    # the incarnation it continues
+    first_scan: bool = False
+    doc_path: str | None = None     # successor: the path its lines were written at
+    since: float = 0.0              # successor: changed after this (wall time)
+
+
+@dataclass(slots=True)
+class Parked:
+    """A closed file read to its end: reopened when its size or mtime changes."""
+
+    size: int
+    mtime_ns: int
+    incarnation: str | None
+    path: str
+    input_idx: int
+
+
+class FileSet:
+    def __init__(self, max_open_files: int, events: Events) -> None:
+        self.max_open = max(1, max_open_files)
+        self.events = events
+        self.open: dict[Key, OpenFile] = {}
+        self.waiting: dict[Key, Candidate] = {}        # in arrival order: fair under max_open_files
+        self.parked: dict[Key, Parked] = {}
+        self._parked_paths: dict[str, Key] = {}
+
+    # ---------------------------------------------------------------- slots
+
+    @property
+    def look_slots(self) -> int:
+        """Slots kept for short looks (one at a time: the reader awaits each look)."""
+        return 1 if self.max_open > 1 else 0
+
+    def free_slots(self) -> int:
+        return self.max_open - self.look_slots - len(self.open)
+
+    def reading(self, incarnation: str) -> bool:
+        return any(f.checkpoint.incarnation == incarnation for f in self.open.values())
+
+    def incarnations_open(self) -> set[str]:
+        return {f.checkpoint.incarnation for f in self.open.values()}
+
+    def idle(self, now: float) -> list[tuple[float, Key, OpenFile]]:
+        """Open live files read to their end, least recently grown first: the ones to close for a
+        waiting file. `now` is monotonic; their state is checked by the caller first."""
+        out = []
+        for key, f in self.open.items():
+            h = f.harvester
+            if f.role != "live" or h.state not in ("active", "renamed") or not h.at_eof or h.position < h.size:
+                continue
+            if f.holds_lines():
+                continue
+            out.append((h.last_growth, key, f))
+        out.sort(key=lambda t: t[0])
+        return out
+
+    # ---------------------------------------------------------------- parking
+
+    def park(self, key: Key, f: OpenFile, reason: str) -> None:
+        """Close a file read to its end; it is reopened (by identity) when it changes. A renamed
+        file is not remembered here (no glob shows it: its siblings' look finds it)."""
+        h = f.harvester
+        cp = f.checkpoint
+        if h.state == "active":
+            self.remember(key, Parked(h.size, h.mtime_ns, cp.incarnation, h.path, f.input_idx))
+        self.events.file_parked(h.path, h.inode, cp.offset, reason)
+        self.close(key)
+
+    def remember(self, key: Key, p: Parked) -> None:
+        """A file not open and read to its end (or not to be read): seen again only when it changes."""
+        self.parked[key] = p
+        self._parked_paths[p.path] = key
+
+    def unpark(self, key: Key) -> Parked | None:
+        p = self.parked.pop(key, None)
+        if p is not None and self._parked_paths.get(p.path) == key:
+            del self._parked_paths[p.path]
+        return p
+
+    def parked_at(self, path: str) -> Key | None:
+        return self._parked_paths.get(path)
+
+    def close(self, key: Key) -> None:
+        f = self.open.pop(key, None)
+        if f is not None:
+            f.harvester.close()
+
+    def close_all(self) -> None:
+        for f in self.open.values():
+            f.harvester.close()
+        self.open.clear()
+
+
+def disk_stat(fd: int) -> tuple[int, int]:
+    """(size, mtime_ns) of an open fd; (-1, -1) when it cannot be stat'ed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return -1, -1
+    return st.st_size, st.st_mtime_ns

@@ -1,0 +1,266 @@
+"""The looks at a directory that block, run off the event loop: opening files, rotated siblings' heads.
+
+Every function here is called through `asyncio.to_thread` by the reader, one at a time (so at
+most one short look holds an fd beside the open files: `tail/files.py` keeps a slot for it).
+They return values; `tail/adopt.py` and `tail/recovery.py` decide what the values mean.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass
+
+from shipper.model import Checkpoint
+from shipper.tail import identity
+from shipper.tail.files import Candidate, Key
+from shipper.tail.harvester import GzipReader, open_file
+
+Found = tuple[identity.Kind, identity.Sibling]
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A file we hold (open or parked) whose first bytes an unknown short file may be a copy of."""
+
+    root: str             # rotation root of its path
+    path: str
+    key: Key
+    fd: int               # -1 for a parked file (opened for the look)
+    fp_len: int           # how far it is fingerprinted: a file that holds less cannot be told by it
+
+
+@dataclass(slots=True)
+class Opened:
+    """A candidate opened off the loop: its fd, stat, first bytes (through gzip for compressed
+    ones) and the facts the open decision needs that take I/O."""
+
+    fd: int
+    st: os.stat_result
+    head: bytes
+    gz: GzipReader | None
+    being_copied: bool = False     # an unknown short file at a rotated name whose bytes so far are a held file's first ones
+    tail_start: int = 0            # start_at end: just past the last newline
+
+    def close(self) -> None:
+        close_file(self.fd, self.gz)
+
+
+def close_file(fd: int, gz: GzipReader | None) -> None:
+    if gz is not None:
+        gz.close()
+    os.close(fd)
+
+
+def open_batch(cands: list[Candidate], refs: list[Reference], tail_of: set[int]) -> list[Opened | None]:
+    """Open files and read their first bytes. `refs`: the files held of each rotation root, for the
+    copy check; `tail_of`: indexes of candidates that start at their last newline (start_at: end)."""
+    out: list[Opened | None] = []
+    for i, c in enumerate(cands):
+        opened = open_file(c.path)
+        if opened is None:
+            out.append(None)
+            continue
+        fd, st = opened
+        gz = None
+        try:
+            if c.why == "gz" or (c.why in ("glob", "successor") and identity.is_compressed(c.path)):
+                gz = GzipReader(fd)
+                head = gz.read(identity.FP_MAX_BYTES)
+            else:
+                head = os.pread(fd, identity.FP_MAX_BYTES, 0)
+            o = Opened(fd, st, head, gz)
+            if c.cp is None and c.why in ("glob", "successor"):
+                o.being_copied = being_copied(c.path, head, refs)
+            if i in tail_of and gz is None:
+                o.tail_start = last_newline_end(fd, st.st_size)
+        except (OSError, EOFError, zlib.error):
+            close_file(fd, gz)
+            out.append(None)
+            continue
+        out.append(o)
+    return out
+
+
+def being_copied(path: str, head: bytes, refs: list[Reference]) -> bool:
+    """Is this unknown file at a rotated name a copy logrotate is still writing? The compressor
+    creates its .gz empty and fills it; copytruncate's copy starts empty and grows. Such a file
+    is too short to carry the fingerprint of the file it copies, but its bytes so far are that
+    file's first bytes (looked up among the files of the same rotation root we hold or parked)."""
+    root = identity.rotation_root(path)
+    if root == path or len(head) >= identity.FP_MAX_BYTES:
+        return False
+    if not head:
+        return True           # nothing to ship yet either way; judged by content once written
+    n = len(head)
+    for ref in refs:
+        if ref.root != root or ref.fp_len <= n:
+            continue
+        if ref.fd >= 0:
+            try:
+                if os.pread(ref.fd, n, 0) == head:
+                    return True
+            except OSError:
+                pass
+            continue
+        try:
+            fd = os.open(ref.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == ref.key and os.pread(fd, n, 0) == head:
+                return True
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return False
+
+
+def last_newline_end(fd: int, size: int) -> int:
+    """Offset just past the last newline before size (0 if none in the last 1 MiB)."""
+    start = max(0, size - 1024 * 1024)
+    data = os.pread(fd, size - start, start)
+    nl = data.rfind(b"\n")
+    return start + nl + 1 if nl >= 0 else start if start else 0
+
+
+class Surroundings:
+    """One look around: directory listings and rotated siblings' heads, each read once."""
+
+    def __init__(self) -> None:
+        self._listings: dict[str, list[str]] = {}
+        self._looked: dict[str, identity.Sibling | None] = {}
+
+    def rotated(self, path: str) -> list[str]:
+        """The rotated siblings' paths of `path` (app.log.1, app.log-20260101.gz, ...)."""
+        d = os.path.dirname(path)
+        names = self._listings.get(d)
+        if names is None:
+            try:
+                names = os.listdir(d or ".")
+            except OSError:
+                names = []
+            self._listings[d] = names
+        return list(identity.rotated_siblings(path, names))
+
+    def look(self, path: str) -> identity.Sibling | None:
+        if path not in self._looked:
+            self._looked[path] = identity.look_at(path)
+        return self._looked[path]
+
+    def siblings(self, path: str) -> list[identity.Sibling]:
+        return [s for s in map(self.look, self.rotated(path)) if s is not None]
+
+
+Located = tuple[Checkpoint, Found | None, list[identity.Sibling]]
+
+
+def locate(cps: list[Checkpoint], cache: dict[str, tuple[str, int, int, int]]) -> list[Located | None]:
+    """For each incarnation, its rotated siblings and which of them holds it. None for one whose
+    remembered place (`cache`: path, inode, size, mtime) has not changed."""
+    around = Surroundings()
+    out: list[Located | None] = []
+    for cp in cps:
+        c = cache.get(cp.incarnation)
+        if c is not None:
+            try:
+                st = os.stat(c[0])
+                if (st.st_ino, st.st_size, st.st_mtime_ns) == c[1:]:
+                    out.append(None)
+                    continue
+            except OSError:
+                pass
+        sibs = around.siblings(cp.path)
+        found = identity.find_incarnation(cp.path, cp.dev, cp.inode, cp.fp_len, cp.fp, cp.offset, sibs)
+        out.append((cp, found, sibs))
+    return out
+
+
+def list_siblings(paths: dict[str, float], mtime_slack_s: float) -> dict[str, list[identity.Sibling]]:
+    """The rotated siblings of each path changed after its time, with their heads (the older ones
+    are only stat'ed)."""
+    out: dict[str, list[identity.Sibling]] = {}
+    around = Surroundings()
+    for path, since in paths.items():
+        sibs = []
+        for p in around.rotated(path):
+            try:
+                if os.stat(p).st_mtime <= since - mtime_slack_s:
+                    continue
+            except OSError:
+                continue
+            s = identity.look_at(p)
+            if s is not None:
+                sibs.append(s)
+        out[path] = sibs
+    return out
+
+
+def gone(cps: list[Checkpoint]) -> list[Checkpoint]:
+    """The incarnations whose content is nowhere any more (not at their path, not among its
+    rotated siblings, renamed or copied or compressed)."""
+    out = []
+    around = Surroundings()
+    for cp in cps:
+        try:
+            st = os.stat(cp.path)
+            if (st.st_dev, st.st_ino) == (cp.dev, cp.inode):
+                continue
+        except OSError:
+            pass
+        present = False
+        for p in around.rotated(cp.path):
+            s = around.look(p)
+            if s is not None and identity.classify(s, cp.dev, cp.inode, cp.fp_len, cp.fp) is not None:
+                present = True
+                break
+        if not present:
+            out.append(cp)
+    return out
+
+
+@dataclass(slots=True)
+class TruncationLook:
+    """After a truncation: the copy logrotate left beside the file (opened), and the file's new head."""
+
+    copy: Opened | None
+    copy_path: str
+    new_size: int
+    new_fp: tuple[int, str] | None     # None: unreadable now (grows once it reads again)
+
+
+def look_after_truncation(path: str, fd: int, old: Checkpoint, committed: int, open_keys: set[Key],
+                          may_open: bool) -> TruncationLook:
+    """copytruncate: find the rotated copy holding the incarnation's unread range (by content),
+    open it when `may_open` (a slot is free), and fingerprint what the file holds now."""
+    copy: Opened | None = None
+    copy_path = ""
+    if old.fp_len and may_open:
+        sibs = Surroundings().siblings(path)
+        found = identity.find_incarnation(path, old.dev, old.inode, old.fp_len, old.fp, committed, sibs,
+                                          copies_only=True)
+        if found is not None:
+            kind, sib = found
+            skey = (sib.dev, sib.inode)
+            opened = open_file(sib.path) if skey not in open_keys else None
+            if opened is not None and (opened[1].st_dev, opened[1].st_ino) == skey:
+                cfd, st = opened
+                try:
+                    gz = GzipReader(cfd) if kind == "gz" else None
+                except OSError:
+                    os.close(cfd)
+                else:
+                    copy, copy_path = Opened(cfd, st, b"", gz), sib.path
+            elif opened is not None:
+                os.close(opened[0])
+    try:
+        size = os.fstat(fd).st_size
+    except OSError:
+        size = 0
+    try:
+        fp: tuple[int, str] | None = identity.fingerprint_fd(fd, size)
+    except OSError:
+        fp = None
+    return TruncationLook(copy, copy_path, size, fp)
