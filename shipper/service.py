@@ -7,6 +7,7 @@ then inputs), starts it, stops it and swaps it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import logging
 import os
@@ -28,6 +29,8 @@ from shipper.model import PipelineStatus
 from shipper.pipeline import Pipeline
 from shipper.ship.sender import Sender
 from shipper.sources.files import FileSource
+from shipper.sources.journal_source import JournaldSource, is_journal_checkpoint
+from shipper.sources.journald import JournalReaderConfig
 from shipper.spool import AsyncSpool, Spool
 
 log = logging.getLogger("shipper")
@@ -87,9 +90,24 @@ async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: 
     contents = await spool.contents()
     sender = Sender(cfg, events, clock)
     p = Pipeline(cfg, spool, contents, sender, events, clock)
-    files = FileSource(cfg, contents.checkpoints, p.writer, events, clock, host_name or socket.gethostname())
-    p.writer.checkpoints_written.append(files.index_written)
+    host = host_name or socket.gethostname()
+    # files see only the file inputs and their checkpoints; each journald input is a source of
+    # its own, resuming from the checkpoint stored under its journal key
+    journal_cps = {cp.incarnation: cp for cp in contents.checkpoints if is_journal_checkpoint(cp)}
+    file_cfg = cfg if not journal_cps and all(i.journald is None for i in cfg.inputs) else \
+        dataclasses.replace(cfg, inputs=tuple(i for i in cfg.inputs if i.journald is None))
+    file_cps = [cp for cp in contents.checkpoints if cp.incarnation not in journal_cps]
+    files = FileSource(file_cfg, file_cps, p.writer, events, clock, host)
+    if file_cfg is cfg:
+        p.writer.checkpoints_written.append(files.index_written)
+    else:
+        p.writer.checkpoints_written.append(
+            lambda cps: files.index_written([cp for cp in cps if not is_journal_checkpoint(cp)]))
     p.add_source(files)
+    for idx, inp in enumerate(cfg.inputs):
+        if inp.journald is not None:
+            key = JournalReaderConfig.from_input(inp).key
+            p.add_source(JournaldSource(cfg, idx, journal_cps.get(key), p.writer, events, clock, host))
     return p, files
 
 

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Sequence
 
 from shipper.config import MultilineConfig
-from shipper.model import FLAG_TRUNCATED
+from shipper.model import FLAG_TRUNCATED, JournalGap
 from shipper.parse.document import SourceEvent
 from shipper.parse.multiline import MultilineAggregator
 
 StartAt = Literal["beginning", "end"]
 GapReason = Literal["vacuumed", "cursor_invalid", "seqnum_jump"]
+Gap = JournalGap              # entries lost before they were read (a value of model.py: Events tells it); reason: GapReason
 
 # syslog severities as journald's PRIORITY holds them (0..7), named as syslog(3) names them
 PRIORITY_NAMES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
@@ -324,19 +325,6 @@ class JournalAssembler:
 
 # ---------------------------------------------------------------- gaps and lag
 
-@dataclass(frozen=True, slots=True)
-class Gap:
-    """Entries the journal no longer holds were never read. `lost_entries` comes from the
-    sequence-number distance (None when the two cursors are of different journals: unknown);
-    `seconds` is how far the journal's realtime jumped."""
-
-    reason: GapReason
-    after: str                       # the last cursor read (or stored) before the gap
-    resumed_at: str | None           # the first cursor read after it; None: none yet
-    lost_entries: int | None
-    seconds: float | None
-
-
 def _seconds(a: Cursor, b: Cursor) -> float | None:
     if a.realtime_us is None or b.realtime_us is None:
         return None
@@ -431,7 +419,9 @@ def follow_argv(executable: str, directory: str | None, units: Sequence[str], cu
     entry (`beginning`) or from now on (`end`). `--all`: fields over 4 KiB are null without it."""
     argv = _base(executable, directory) + ["--all", "--follow"]
     if cursor is not None:
-        argv.append(f"--cursor={cursor}")
+        # --no-tail too: --follow alone implies --lines=10, and systemd 252 then prints only ten
+        # entries from the cursor before it waits for new ones (the rest would never come)
+        argv += [f"--cursor={cursor}", "--no-tail"]
     elif start_at == "end":
         argv.append("--lines=0")
     else:
@@ -539,9 +529,14 @@ class LineSplitter:
 
 
 def status_entry(directory: str | None, units: Sequence[str], cursor: str | None,
-                 head: Cursor | None) -> dict[str, Any]:
-    """One item of `shipper status --json`'s `journald` list (SPEC): the input, the committed
-    cursor and how far it is behind the journal's head."""
-    lag = journal_lag(head, None if cursor is None else parse_cursor(cursor))
+                 head: Cursor | None, shipped_seqnum: int | None = None) -> dict[str, Any]:
+    """One item of `shipper status --json`'s `journald` list (SPEC) for a stopped daemon: the
+    input, the committed cursor and how far the acknowledged position (`shipped_seqnum`, the
+    seqnum below which every queued entry is acknowledged; None: the cursor's) is behind the
+    journal's head. The seconds are known only when everything queued is acknowledged."""
+    pos = None if cursor is None else parse_cursor(cursor)
+    if pos is not None and shipped_seqnum is not None and shipped_seqnum != pos.seqnum:
+        pos = Cursor("", pos.seqnum_id, shipped_seqnum)
+    lag = journal_lag(head, pos)
     return {"directory": directory, "units": list(units), "cursor": cursor, "lag_entries": lag.entries,
             "lag_seconds": lag.seconds}

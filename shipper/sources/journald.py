@@ -2,7 +2,8 @@
 
 Reads bounded chunks of the child's stdout (never blocking the loop), decodes entries, resumes
 inclusively from a cursor (dropping the entry equal to it), reports vacuumed gaps once, and
-restarts the child with backoff when it dies. Every decision is in `sources/journal.py`. Keeps
+restarts the child with backoff when it dies. Every decision is in `sources/journal.py`; faults
+are told to `Events` (journal_started, journal_gap, journal_reader_exited, journal_entry_skipped). Keeps
 nothing on disk: the cursor it starts from comes from the spool, and the pipeline commits the
 position of the events it queued in the same spool transaction as those events.
 """
@@ -10,18 +11,18 @@ position of the events it queued in the same spool transaction as those events.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import random
 import subprocess
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Sequence
+from typing import AsyncIterator, Sequence
 
 import orjson
 
 from shipper.clock import Clock, SystemClock
 from shipper.config import InputConfig
+from shipper.events import Events
 from shipper.ship.backoff import Backoff
 from shipper.sources.journal import (
     OUTPUT_FIELDS,
@@ -46,8 +47,6 @@ from shipper.sources.journal import (
     same_entry,
 )
 
-log = logging.getLogger(__name__)
-
 JOURNALCTL = "journalctl"
 _STDERR_KEEP = 4096
 # journalctl's own output: no colours, no pager, whatever the environment says
@@ -58,51 +57,6 @@ def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(_CHILD_ENV)
     return env
-
-
-class JournalEvents:
-    """Occurrences of a journald source; the base does nothing (see shipper/events.py)."""
-
-    def journal_started(self, key: str, cursor: str | None, argv: Sequence[str]) -> None: ...
-    def journal_gap(self, key: str, gap: Gap) -> None: ...
-    def journal_reader_exited(self, key: str, returncode: int | None, kind: str, error: str,
-                              attempt: int, restart_in_s: float) -> None: ...
-    def journal_entry_skipped(self, key: str, reason: str) -> None: ...
-
-
-class JournalTelemetry(JournalEvents):
-    """Logs (faults once per episode) and counts into a `shipper.metrics.Metrics`-like object
-    (`inc(name, value, **labels)`); metrics=None: logs only."""
-
-    def __init__(self, metrics: Any = None) -> None:
-        self.m = metrics
-
-    def _inc(self, name: str, value: float = 1, **labels: str) -> None:
-        if self.m is not None:
-            self.m.inc(name, value, **labels)
-
-    def journal_started(self, key: str, cursor: str | None, argv: Sequence[str]) -> None:
-        log.info("journal reader started", extra={"input": key, "cursor": cursor, "argv": list(argv)})
-
-    def journal_gap(self, key: str, gap: Gap) -> None:
-        log.warning("journal entries lost before they were read", extra={
-            "input": key, "reason": gap.reason, "after": gap.after, "resumed_at": gap.resumed_at,
-            "lost_entries": gap.lost_entries, "seconds": gap.seconds})
-        self._inc("shipper_journal_gaps_total", 1, input=key)
-        if gap.lost_entries:
-            self._inc("shipper_journal_entries_lost_total", gap.lost_entries, input=key)
-
-    def journal_reader_exited(self, key: str, returncode: int | None, kind: str, error: str,
-                              attempt: int, restart_in_s: float) -> None:
-        level = logging.WARNING if attempt == 1 else logging.DEBUG
-        log.log(level, "journal reader exited", extra={"input": key, "returncode": returncode, "kind": kind,
-                                                       "error": error, "attempt": attempt,
-                                                       "restart_in_s": round(restart_in_s, 3)})
-        self._inc("shipper_journal_reader_restarts_total", 1, input=key)
-
-    def journal_entry_skipped(self, key: str, reason: str) -> None:
-        log.warning("journal entry skipped", extra={"input": key, "reason": reason})
-        self._inc("shipper_journal_entries_skipped_total", 1, input=key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +97,11 @@ class JournalReader:
     """
 
     def __init__(self, cfg: JournalReaderConfig, *, position: str | None = None, clock: Clock | None = None,
-                 events: JournalEvents | None = None, rng: random.Random | None = None) -> None:
+                 events: Events | None = None, rng: random.Random | None = None) -> None:
         self.cfg = cfg
         self.key = cfg.key
         self.clock: Clock = clock or SystemClock()
-        self.events = events or JournalEvents()
+        self.events = events or Events()
         self._rng = rng or random.Random()
         self._backoff = Backoff(cfg.restart_initial_s, cfg.restart_max_s)
         self._stored_text = position
@@ -390,6 +344,22 @@ class JournalReader:
         """How far `position` (e.g. the committed cursor) is behind the journal's head."""
         return journal_lag(await self.head(), position)
 
+    async def open(self) -> None:
+        """Start the child now rather than at the first `read()`: with start_at end and no stored
+        cursor, "from now on" is fixed here (`start_position`)."""
+        if self._proc is None and not self._started and not self._closed:
+            await self._start_child()
+
+    def kill(self) -> None:
+        """Stop at once, without waiting (the loop is going away; `close()` is the orderly way)."""
+        self._closed = True
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+
     async def close(self) -> None:
         """Stop the child (if any) and wait for it."""
         self._closed = True
@@ -431,7 +401,13 @@ async def read_head(executable: str, directory: str | None, units: Sequence[str]
     proc = await asyncio.create_subprocess_exec(
         *head_argv(executable, directory, units), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, env=_child_env())
-    out, _ = await proc.communicate()
+    try:
+        out, _ = await proc.communicate()
+    except asyncio.CancelledError:
+        if proc.returncode is None:
+            proc.kill()
+        await asyncio.shield(proc.wait())        # reaped, not left running behind a closed loop
+        raise
     return _last_cursor(out)
 
 

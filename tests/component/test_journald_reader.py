@@ -23,8 +23,8 @@ from shipper.sources.journal import (
     parse_cursor,
     source_event,
 )
+from shipper.events import Events
 from shipper.sources.journald import (
-    JournalEvents,
     JournalReader,
     JournalReaderConfig,
     check_journal,
@@ -53,7 +53,7 @@ class FakeClock:
         await asyncio.sleep(0)
 
 
-class Recorder(JournalEvents):
+class Recorder(Events):
     def __init__(self) -> None:
         self.gaps: list[Gap] = []
         self.exits: list[tuple[int | None, str, str]] = []
@@ -129,6 +129,21 @@ async def test_a_restart_from_a_stored_cursor_has_no_duplicate_and_no_loss(tmp_p
         got = await take(again, 4)
         assert msgs(got) == [b"m4", b"m5", b"m6", b"m7"]
         assert rec.starts == [committed] and rec.gaps == []
+    finally:
+        await again.close()
+
+
+async def test_a_resume_reads_every_entry_after_the_cursor_not_ten(tmp_path: Path) -> None:
+    """systemd 252: `--follow --cursor` without --no-tail prints ten entries, then waits."""
+    j = Journal(tmp_path / "j")
+    j.append(*[f"m{i}" for i in range(5)])
+    first, _, _ = make_reader(j)
+    committed = (await take(first, 5))[-1].cursor.text
+    await first.close()
+    j.append(*[f"m{i}" for i in range(5, 40)])
+    again, _, _ = make_reader(j, position=committed)
+    try:
+        assert msgs(await take(again, 35, "after the cursor")) == [f"m{i}".encode() for i in range(5, 40)]
     finally:
         await again.close()
 
@@ -475,11 +490,10 @@ def test_check_says_when_the_journal_is_not_readable(tmp_path: Path) -> None:
 
 
 def test_telemetry_logs_and_counts(caplog: pytest.LogCaptureFixture) -> None:
-    from shipper.metrics import Metrics
-    from shipper.sources.journald import JournalTelemetry
+    from shipper.metrics import Metrics, TelemetryEvents
     m = Metrics()
-    t = JournalTelemetry(m)
-    with caplog.at_level("DEBUG", logger="shipper.sources.journald"):
+    t = TelemetryEvents(m)
+    with caplog.at_level("DEBUG", logger="shipper"):
         t.journal_gap("journald:system", Gap("vacuumed", "s=a;i=1", "s=a;i=9", 7, 1.5))
         t.journal_reader_exited("journald:system", 1, "failed", "boom", 1, 0.5)
         t.journal_reader_exited("journald:system", 1, "failed", "boom", 2, 1.0)

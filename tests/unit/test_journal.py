@@ -311,6 +311,7 @@ def test_follow_argv_resumes_inclusively_and_always_merges() -> None:
     argv = follow_argv("journalctl", "/j", ("app", "web.service", "getty@tty1"), "s=1;i=2", "beginning")
     assert argv[:5] == ["journalctl", "--merge", "--no-pager", "--output=json", "--directory=/j"]
     assert "--all" in argv and "--follow" in argv and "--cursor=s=1;i=2" in argv
+    assert "--no-tail" in argv         # --follow implies --lines=10: only ten entries from the cursor
     assert argv[-3:] == ["_SYSTEMD_UNIT=app.service", "_SYSTEMD_UNIT=web.service", "_SYSTEMD_UNIT=getty@tty1.service"]
     assert not any(a.startswith(("--after-cursor", "--boot", "-b")) for a in argv)
     assert "--no-tail" in follow_argv("journalctl", None, (), None, "beginning")
@@ -373,3 +374,6 @@ def test_the_status_item_spec_names() -> None:
         "directory": "/j", "units": ["a.service"], "cursor": cursor_text(40), "lag_entries": 60,
         "lag_seconds": pytest.approx(60e-6)}
     assert status_entry(None, (), None, cur(1))["lag_entries"] is None
+    # queued up to 40, acknowledged up to 30: the lag counts from what is acknowledged
+    row = status_entry("/j", (), cursor_text(40), cur(100), shipped_seqnum=30)
+    assert (row["cursor"], row["lag_entries"], row["lag_seconds"]) == (cursor_text(40), 70, None)
