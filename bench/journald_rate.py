@@ -4,8 +4,10 @@
 Writes N entries of a Node.js service as journald stores them (pino MESSAGEs plus the trusted
 fields journald adds to stdout lines) into a journal directory with systemd-journal-remote, then
 reads them back from the beginning:
-    .venv/bin/python bench/journald_rate.py [-n 100000] [--all-fields] [--keep DIR]
+    .venv/bin/python bench/journald_rate.py [-n 100000] [--all-fields] [--keep DIR] [--daemon]
 CPU is split into shipper's own (RUSAGE_SELF) and journalctl's (RUSAGE_CHILDREN, once reaped).
+`--daemon`: also the whole path, `shipper run` (journald input) -> bench/sink.py, from the spawn
+until the sink has every document; CPU-s from wait4 (the daemon with its journalctl children).
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ import os
 import random
 import resource
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import yaml  # noqa: E402
+from sink import SinkProcess  # noqa: E402
 
 from shipper.config import InputConfig, JournaldConfig
 from shipper.parse.document import DocBuilder
@@ -80,11 +88,48 @@ async def read(directory: Path, n: int, build: bool, all_fields: bool) -> tuple[
     return wall, self1 - self0, child1 - child0, nbytes
 
 
+def _hwm_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def daemon_run(directory: Path, n: int) -> tuple[float, float, int]:
+    """`shipper run` reading the journal from its beginning into the sink: (seconds from spawn to
+    the last document at the sink, CPU-s of the daemon and its children, the daemon's own peak
+    RSS in KiB: journalctl's mmapped journal files are not shipper's)."""
+    sink = SinkProcess()
+    tmp = Path(tempfile.mkdtemp(prefix="journald-daemon-"))
+    try:
+        cfg = {"state_dir": str(tmp / "state"), "inputs": [{"journald": {"directory": str(directory)}}],
+               "output": {"elasticsearch": {"hosts": [sink.url], "index": "bench"}}, "metrics": {"listen": None}}
+        (tmp / "shipper.yaml").write_text(yaml.safe_dump(cfg))
+        t0 = time.perf_counter()
+        with open(tmp / "daemon.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "shipper", "run", "-c", str(tmp / "shipper.yaml")],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=Path(__file__).resolve().parents[1])
+        stats = sink.wait_docs(n, 600)
+        wall = time.perf_counter() - t0
+        if stats.get("docs", 0) < n:
+            raise RuntimeError(f"the sink got {stats.get('docs')} of {n} documents: {(tmp / 'daemon.log').read_text()[-2000:]}")
+        hwm = _hwm_kb(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)
+        _pid, _status, ru = os.wait4(proc.pid, 0)   # Popen never reaps it: the rusage is the tree's
+        return wall, ru.ru_utime + ru.ru_stime, hwm
+    finally:
+        sink.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=100_000)
     ap.add_argument("--all-fields", action="store_true", help="read every field (no --output-fields)")
     ap.add_argument("--keep", metavar="DIR", help="write the journal here and keep it")
+    ap.add_argument("--daemon", action="store_true", help="also shipper run -> bench/sink.py, end to end")
     args = ap.parse_args()
     directory = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="journald-rate-"))
     try:
@@ -98,6 +143,10 @@ def main() -> None:
             print(f"{what}: {args.n / wall:>9,.0f} entries/s  CPU-s per 100k: shipper {own * per:.2f}, "
                   f"journalctl {child * per:.2f}, total {(own + child) * per:.2f}"
                   + (f"  ({nbytes / args.n:.0f} bulk bytes/entry)" if build else ""))
+        if args.daemon:
+            wall, cpu_s, rss_kb = daemon_run(directory, args.n)
+            print(f"shipper run -> sink : {args.n / wall:>9,.0f} entries/s  CPU-s per 100k: {cpu_s * per:.2f} "
+                  f"(daemon + journalctl, start to stop)  daemon peak RSS {rss_kb / 1024:.0f} MiB  ({wall:.2f} s from spawn)")
     finally:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)
