@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 
@@ -103,22 +103,22 @@ def _merge(doc: dict[str, Any], extra: dict[str, Any]) -> None:
         doc[k] = _copy_json(v)
 
 
-def _add_absent(doc: dict[str, Any], added: Mapping[str, Any]) -> None:
+def _add_absent(doc: dict[str, Any], added: dict[str, Any]) -> None:
     """Merge `added` (a source's own fields) where the document has nothing: objects merge, a
-    value the line already has is kept; a non-object where an object goes is kept as `original`."""
+    value the line already has is kept; a non-object where an object goes is kept as `original`.
+    `added`'s objects go into the document as they are (a source makes them fresh per event)."""
     for k, v in added.items():
         cur = doc.get(k)
-        if isinstance(v, Mapping):
+        if type(v) is dict:
             if cur is None:
-                doc[k] = _copy_json(dict(v))
-            elif isinstance(cur, dict):
+                doc[k] = v
+            elif type(cur) is dict:
                 _add_absent(cur, v)
             else:
-                obj = _copy_json(dict(v))
-                obj.setdefault("original", cur)
-                doc[k] = obj
+                v.setdefault("original", cur)
+                doc[k] = v
         elif k not in doc:
-            doc[k] = _copy_json(v)
+            doc[k] = v
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +127,15 @@ class SourceEvent:
 
     `doc_id` is the document's `_id` (deterministic, JSON-safe: no quotes or backslashes); `time`
     (epoch seconds) is `@timestamp` unless the parsed line gives its own; `added` holds the
-    source's fields (`{"systemd": {"unit": ...}}`), merged where the line has nothing;
+    source's fields (`{"systemd": {"unit": ...}}`, plain dicts made for this event: the document
+    takes them over), merged where the line has nothing;
     `host_name` is `host.name` (None: the builder's)."""
 
     doc_id: str
     data: bytes
     flags: int
     time: float
-    added: Mapping[str, Any]
+    added: dict[str, Any]
     host_name: str | None = None
 
 
