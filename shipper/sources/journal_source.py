@@ -166,8 +166,7 @@ class JournaldSource:
         for task in (self._watch, self._pump):
             if task is not None and not task.done():
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._raise_if_failed()
+                await asyncio.gather(task, return_exceptions=True)   # a failure was raised by read_round
         if self._buf:
             draft = self.writer.draft
             if draft.empty():

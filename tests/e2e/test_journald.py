@@ -171,7 +171,7 @@ def test_kill9_at_random_moments_while_entries_arrive(tmp_path: Path, es: ES, os
     w.start()
     kills = 0
     try:
-        for _ in range(4):
+        for _ in range(int(os.environ.get("JOURNALD_KILLS", "4"))):
             before = count(es)
             wait_until(lambda: count(es) > before, lambda: f"progress since the last kill ({before})\n{d.tail(20)}",
                        timeout_s=30, interval_s=0.05)
