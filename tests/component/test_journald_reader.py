@@ -493,6 +493,12 @@ def test_telemetry_logs_and_counts(caplog: pytest.LogCaptureFixture) -> None:
     from shipper.metrics import Metrics, TelemetryEvents
     m = Metrics()
     t = TelemetryEvents(m)
+    t.journal_started("journald:system", None, ["journalctl"])   # per input: every journal counter at 0
+    rendered = m.render()
+    for name in ("gaps_total", "entries_lost_total", "reader_restarts_total", "entries_skipped_total"):
+        assert f'shipper_journal_{name}{{input="journald:system"}} 0' in rendered
+    assert "\nshipper_journal_gaps_total 0" not in rendered      # no unlabelled sample beside them
+    caplog.clear()
     with caplog.at_level("DEBUG", logger="shipper"):
         t.journal_gap("journald:system", Gap("vacuumed", "s=a;i=1", "s=a;i=9", 7, 1.5))
         t.journal_reader_exited("journald:system", 1, "failed", "boom", 1, 0.5)
