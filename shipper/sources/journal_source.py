@@ -85,6 +85,11 @@ class JournaldSource:
 
     exhausted = False
 
+    @property
+    def buffered(self) -> int:
+        """Entries read from the child and not yet taken into a draft."""
+        return len(self._buf)
+
     # ---------------------------------------------------------------- the seam
 
     async def start(self, wake: asyncio.Event) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from shipper.config import InputConfig, JournaldConfig, MultilineConfig
+from shipper.events import Events
 from shipper.parse.document import DocBuilder
 from shipper.sources.journal import (
     Gap,
@@ -23,7 +24,6 @@ from shipper.sources.journal import (
     parse_cursor,
     source_event,
 )
-from shipper.events import Events
 from shipper.sources.journald import (
     JournalReader,
     JournalReaderConfig,
@@ -51,6 +51,11 @@ class FakeClock:
         self.slept.append(s)
         self.now += s
         await asyncio.sleep(0)
+
+    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+        if not event.is_set():
+            await self.sleep(timeout_s)
+        return event.is_set()
 
 
 class Recorder(Events):

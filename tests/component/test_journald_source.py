@@ -108,7 +108,7 @@ async def test_the_room_bounds_a_read_round(tmp_path: Path) -> None:
     small = Room(max_events=10, max_bytes=8 * 1024 * 1024, full_events=9)
     try:
         await asyncio.wait_for(wake.wait(), TIMEOUT_S)
-        while len(src._buf) < 50:                          # noqa: SLF001 - every entry buffered
+        while src.buffered < 50:                           # every entry read from the child
             wake.clear()
             await asyncio.wait_for(wake.wait(), TIMEOUT_S)
         p = src.read_round(small, time.time(), time.monotonic())
@@ -149,7 +149,7 @@ async def test_stop_takes_what_the_child_printed(tmp_path: Path) -> None:
     wake = asyncio.Event()
     await src.start(wake)
     await asyncio.wait_for(wake.wait(), TIMEOUT_S)
-    while len(src._buf) < 20:                                  # noqa: SLF001
+    while src.buffered < 20:
         wake.clear()
         await asyncio.wait_for(wake.wait(), TIMEOUT_S)
     await src.stop()

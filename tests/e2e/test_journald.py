@@ -149,8 +149,12 @@ class EntryWriter(threading.Thread):
                 self.journal.append(*[pino(i) for i in range(self.count, self.count + self.batch)])
                 self.count += self.batch
                 self._halt.wait(self.pause_s)          # pacing, not synchronisation
-        except BaseException as e:  # reported by stop()
+        except BaseException as e:  # noqa: BLE001 - reported by stop()
             self.error = e
+
+    def wait_more(self, n: int, what: str) -> None:
+        target = self.count + n
+        wait_until(lambda: self.count >= target, what)
 
     def stop(self) -> int:
         self._halt.set()
@@ -158,6 +162,11 @@ class EntryWriter(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.count
+
+
+def wait_progress(es: ES, d: Daemon, before: int) -> None:
+    wait_until(lambda: count(es) > before, lambda: f"progress since the last kill ({before})\n{d.tail(20)}",
+               timeout_s=30, interval_s=0.05)
 
 
 def test_kill9_at_random_moments_while_entries_arrive(tmp_path: Path, es: ES, osmem_clone: Any,
@@ -172,14 +181,11 @@ def test_kill9_at_random_moments_while_entries_arrive(tmp_path: Path, es: ES, os
     kills = 0
     try:
         for _ in range(int(os.environ.get("JOURNALD_KILLS", "4"))):
-            before = count(es)
-            wait_until(lambda: count(es) > before, lambda: f"progress since the last kill ({before})\n{d.tail(20)}",
-                       timeout_s=30, interval_s=0.05)
+            wait_progress(es, d, count(es))
             time.sleep(rng.uniform(0.0, 0.4))           # not synchronisation: a random instant mid-stream
             d.kill9()
             kills += 1
-            n = w.count
-            wait_until(lambda: w.count >= n + 40, "entries written while the daemon is down")
+            w.wait_more(40, "entries written while the daemon is down")
             d.start()
             d.wait_ready()
     finally:
