@@ -248,7 +248,10 @@ class DocBuilder:
         doc, t, log, fl, bad_ts = r
         if ev.added:
             _add_absent(doc, ev.added)
-        return self._finish(doc, t, log, fl, bad_ts, ev.host_name or self.host_name)
+        out = self._finish(doc, t, log, fl, bad_ts, ev.host_name or self.host_name)
+        if out[0].get("log") == {}:
+            del out[0]["log"]      # a file's always holds log.file; this one nothing: no empty object
+        return out
 
     def _parse(self, data: bytes, flags: int, now: float, parsed: dict[str, Any] | None,
                as_text: bool) -> tuple[dict[str, Any], float, dict[str, Any], list[str] | None, Any] | None:
