@@ -247,8 +247,10 @@ class JournaldSource:
         if pos is not None and pos.text != cp.cursor:
             # the range covered starts at the last position queued; at the very first, just
             # before the first entry taken (the "offset" of an entry is its seqnum)
-            start = cp.offset if cp.cursor is not None or not entries else min(entries[0].cursor.seqnum - 1,
-                                                                                 pos.seqnum)
+            if cp.cursor is not None:
+                start = cp.offset
+            else:
+                start = min(entries[0].cursor.seqnum - 1, pos.seqnum) if entries else pos.seqnum
             draft.cover(cp.incarnation, start, pos.seqnum)
             self._move(pos, now_wall)
             draft.checkpoints[cp.incarnation] = dataclasses.replace(cp)
