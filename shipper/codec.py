@@ -13,7 +13,7 @@ try:
         return _gzip_mod.compress(data, 1)
 
     def gzip_decompress(data: bytes) -> bytes:
-        return _gzip_mod.decompress(data)
+        return bytes(_gzip_mod.decompress(data))  # type: ignore[no-untyped-call]
 except ImportError:  # pragma: no cover
     import gzip as _gzip_std
 

@@ -6,6 +6,8 @@ This module opens no logs, sockets or state: it only reads the config file it is
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 from dataclasses import dataclass, field
@@ -49,6 +51,14 @@ class _EnvValue(str):
     __slots__ = ()
 
 
+# max_line_bytes' upper bound, 64MiB: a longer line could not be indexed anyway (Elasticsearch
+# refuses a request over http.max_content_length, 100mb by default, and a line's document is
+# larger than the line: added fields, JSON escapes), every line is held whole in memory on its
+# way, and it keeps lengths far below the 2**31 where 32-bit counters of C parsers wrap.
+MAX_LINE_BYTES_LIMIT = (64 * 1024 * 1024, "64MiB: a longer line could not be indexed, Elasticsearch refuses "
+                        "requests over 100mb by default, and each line is held whole in memory")
+
+
 @dataclass(frozen=True, slots=True)
 class MultilineConfig:
     start: str
@@ -90,6 +100,25 @@ class InputConfig:
 class TLSConfig:
     verify: bool = True
     ca_file: str | None = None
+    cert_file: str | None = None          # client certificate (PEM); may hold the key too
+    key_file: str | None = None           # its private key (PEM)
+    ca_fingerprint: str | None = None     # SHA-256 of a CA certificate in the server's chain: 64 hex digits, lower case
+
+
+IndexTemplateMode = Literal["auto", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class DataStreamConfig:
+    """`output.elasticsearch.data_stream`: documents go with `create` to `<type>-<dataset>-<namespace>`."""
+
+    type: str = "logs"
+    dataset: str = "generic"
+    namespace: str = "default"
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}-{self.dataset}-{self.namespace}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +137,9 @@ class ElasticsearchConfig:
     tls: TLSConfig = field(default_factory=TLSConfig)
     pipeline: str | None = None
     max_in_flight: int = 4
+    index_template: IndexTemplateMode = "auto"
+    data_stream: DataStreamConfig | None = None   # set: `index` is the data stream's name
+    cloud_id: str | None = None                    # set: `hosts` is the deployment's decoded https URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +203,46 @@ def parse_duration(value: Any, key: str = "duration") -> float:
     if not m:
         raise ConfigError(key, f"expected a duration like 250ms, 10s or 5m, got {value!r}")
     return float(m.group(1)) * _DUR_UNITS[m.group(2)]
+
+
+def decode_cloud_id(cloud_id: str, key: str = "cloud_id") -> str:
+    """An Elastic Cloud id (`label:base64(host[:port]$es_uuid[:port]$kibana_uuid)`) -> the https URL
+    of its Elasticsearch, as Beats decode it: the label is ignored, the port defaults to 443."""
+    text = cloud_id.strip()
+    encoded = text.rsplit(":", 1)[-1] if ":" in text else text
+    try:
+        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise ConfigError(key, "is not a cloud id (label:base64 from the deployment's page)") from None
+    parts = decoded.split("$")
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise ConfigError(key, "does not decode to host$elasticsearch_id$kibana_id")
+    host, port = _split_port(parts[0], "443", key)
+    es_id, port = _split_port(parts[1], port, key)
+    if not re.fullmatch(r"[A-Za-z0-9.-]+", host) or not re.fullmatch(r"[A-Za-z0-9-]+", es_id):
+        raise ConfigError(key, "decodes to an invalid host name")
+    return f"https://{es_id}.{host}:{port}"
+
+
+def _split_port(word: str, default: str, key: str) -> tuple[str, str]:
+    if ":" not in word:
+        return word, default
+    name, port = word.rsplit(":", 1)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"decodes to an invalid port {port!r}")
+    return name, port
+
+
+_DS_PART_RE = re.compile(r"[a-z0-9_.]+")   # Elastic's naming scheme: lower case, no `-` inside a part
+
+
+def parse_fingerprint(value: str, key: str = "ca_fingerprint") -> str:
+    """`3A:F1:..` (openssl), `3af1..` (what Elasticsearch 8 prints at first start) -> 64 lower-case hex digits."""
+    hexed = re.sub(r"[\s:]", "", value).lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", hexed):
+        raise ConfigError(key, "expected the SHA-256 fingerprint of a CA certificate: 64 hex digits, "
+                               "with or without colons")
+    return hexed
 
 
 def expand_env(text: str, env: Mapping[str, str] | None = None) -> str:
@@ -256,10 +328,13 @@ class _Section:
         except ConfigError as e:
             raise self.lines.error(self.key(name), e.message) from None
 
-    def size(self, name: str, default: int, minimum: int = 0) -> int:
+    def size(self, name: str, default: int, minimum: int = 0, maximum: tuple[int, str] | None = None) -> int:
+        """`maximum`: (bytes, why), the why said in the error."""
         v = int(self.wrap(name, parse_size, default))
         if v < minimum:
             raise self.lines.error(self.key(name), f"must be at least {minimum} bytes")
+        if maximum is not None and v > maximum[0]:
+            raise self.lines.error(self.key(name), f"must be at most {maximum[0]} bytes ({maximum[1]})")
         return v
 
     def duration(self, name: str, default: float, positive: bool = False) -> float:
@@ -471,7 +546,7 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         start_at=start_at,
         scan_interval_s=s.duration("scan_interval", 10.0, positive=True),
         index=s.string("index", None),
-        max_line_bytes=s.size("max_line_bytes", 1024 * 1024, minimum=16),
+        max_line_bytes=s.size("max_line_bytes", 1024 * 1024, minimum=16, maximum=MAX_LINE_BYTES_LIMIT),
         timezone="UTC" if tz == "utc" else tz,
         include_lines=include_lines,
         exclude_lines=exclude_lines,
@@ -485,14 +560,75 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     return cfg
 
 
+def _tls(t: _Section, ca: str | None, lines: _Lines) -> TLSConfig:
+    verify = t.boolean("verify", True)
+    cert = t.string("cert_file", None)
+    key = t.string("key_file", None)
+    for name, path in (("cert_file", cert), ("key_file", key)):
+        if path and not os.path.exists(path):
+            raise lines.error(t.key(name), f"file not found: {path}")
+    if key and not cert:
+        raise lines.error(t.key("key_file"), "is set but tls.cert_file is not")
+    if cert:
+        import ssl
+        try:
+            ssl.create_default_context().load_cert_chain(cert, key)
+        except (ssl.SSLError, OSError) as e:
+            raise lines.error(t.key("cert_file" if key is None else "key_file"),
+                              f"cannot load the client certificate and key: {e}") from None
+    fp = t.string("ca_fingerprint", None)
+    if fp:
+        try:
+            fp = parse_fingerprint(fp, t.key("ca_fingerprint"))
+        except ConfigError as e:
+            raise lines.error(e.key, e.message) from None
+        if not verify:
+            raise lines.error(t.key("ca_fingerprint"), "pins a CA, which needs tls.verify: true")
+    return TLSConfig(verify=verify, ca_file=ca, cert_file=cert, key_file=key, ca_fingerprint=fp or None)
+
+
+def _data_stream(es: _Section, lines: _Lines) -> DataStreamConfig | None:
+    if es.raw("data_stream") is None:
+        return None
+    d = _Section(es.raw("data_stream"), es.key("data_stream"), lines)
+    ds = DataStreamConfig(type=d.string("type", "logs"), dataset=d.string("dataset", "generic"),
+                          namespace=d.string("namespace", "default"))
+    for part in ("type", "dataset", "namespace"):
+        v = getattr(ds, part)
+        if not _DS_PART_RE.fullmatch(v) or v.startswith((".", "_")):
+            raise lines.error(d.key(part), f"expected lower-case letters, digits, `_` or `.` (no `-`), got {v!r}")
+    if len(ds.name.encode()) > 100:
+        raise lines.error(d.key("dataset"), "the data stream name would be longer than 100 bytes")
+    d.finish()
+    return ds
+
+
+def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:
+    v = es.raw("index_template")
+    if v is False:                          # YAML 1.1 reads a bare `off` as false
+        return "off"
+    if v is True:
+        return "auto"
+    mode: IndexTemplateMode = es.string("index_template", "auto", ("auto", "off"))
+    return mode
+
+
 def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
     top = _Section(data, "output", lines)
     es = _Section(top.raw("elasticsearch"), "output.elasticsearch", lines)
     top.finish()
     if es.has("url") and es.has("hosts"):
         raise lines.error("output.elasticsearch.url", "give either url or hosts, not both")
-    if es.has("url"):
-        hosts: tuple[str, ...] = (es.string("url", None),)
+    cloud_id = es.string("cloud_id", None)
+    if cloud_id is not None and (es.has("url") or es.has("hosts")):
+        raise lines.error("output.elasticsearch.cloud_id", "give either cloud_id or hosts/url, not both")
+    if cloud_id is not None:
+        try:
+            hosts: tuple[str, ...] = (decode_cloud_id(cloud_id, "output.elasticsearch.cloud_id"),)
+        except ConfigError as e:
+            raise lines.error(e.key, e.message) from None
+    elif es.has("url"):
+        hosts = (es.string("url", None),)
     else:
         hosts = es.strings("hosts", ("http://127.0.0.1:9200",))
     if not hosts or not all(hosts):
@@ -506,9 +642,13 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         ca = t.string("ca_file", None)
         if ca and not os.path.exists(ca):
             raise lines.error("output.elasticsearch.tls.ca_file", f"file not found: {ca}")
-        tls = TLSConfig(verify=t.boolean("verify", True), ca_file=ca)
+        tls = _tls(t, ca, lines)
         t.finish()
-    index = es.string("index", "logs-%Y.%m.%d")
+    data_stream = _data_stream(es, lines)
+    if data_stream is not None and es.data.get("index") is not None:
+        raise lines.error("output.elasticsearch.index", "give either index or data_stream, not both "
+                                                        "(a data stream's name is <type>-<dataset>-<namespace>)")
+    index = data_stream.name if data_stream is not None else es.string("index", "logs-%Y.%m.%d")
     if not index:
         raise lines.error("output.elasticsearch.index", "must not be empty")
     username = es.string("username", None)
@@ -530,6 +670,9 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         tls=tls,
         pipeline=es.string("pipeline", None),
         max_in_flight=es.integer("max_in_flight", 4),
+        index_template=_index_template(es, lines),
+        data_stream=data_stream,
+        cloud_id=cloud_id,
     )
     es.finish()
     return cfg
@@ -581,6 +724,12 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
         s.data["log_level"] = "warning" if lv == "warn" else lv
     level = s.string("log_level", "info", ("debug", "info", "warning", "error"))
     output = _output(s.raw("output"), lines)
+    if output.data_stream is not None:
+        for i, inp in enumerate(inputs):
+            if inp.index is not None and "%" in inp.index:
+                # every new name would become a new data stream (one a day with %Y.%m.%d)
+                raise lines.error(f"inputs[{i}].index", "with output.elasticsearch.data_stream an input's index "
+                                                        "names a data stream: no strftime (%) in it")
     q = _Section(s.raw("queue"), "queue", lines)
     queue = QueueConfig(max_bytes=q.size("max_bytes", 1024**3, minimum=64 * 1024))
     q.finish()

@@ -1,21 +1,16 @@
-"""Telemetry: counters, gauges and histograms with their Prometheus text rendering (pure), rates and
-ETAs from recent samples (`RateTracker`, time passed in), the status document and progress log line
-of a running pipeline (`Monitor`), and the /metrics, /health and /status HTTP server.
-`TelemetryEvents` turns pipeline occurrences into log lines and metric updates. Pure modules never
-import this one.
+"""Telemetry: counters, gauges and histograms with their Prometheus text rendering (pure), and the
+/metrics, /health and /status HTTP server. `TelemetryEvents` turns pipeline occurrences into log
+lines and metric updates; `monitor.py` watches a running pipeline. Pure modules never import this one.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections import deque
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from shipper.events import Events
-from shipper.model import JournalGap, PipelineStatus
-from shipper.logs import redact
+from shipper.model import JournalGap
 
 log = logging.getLogger("shipper")
 
@@ -52,10 +47,6 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 DOCS_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000)
 BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
 
-PROGRESS_EVERY_S = 10.0          # a "catching up" log line at most this often
-BACKLOG_MIN_BYTES = 1024 * 1024  # below this much lag and queue there is no backlog worth a log line
-RATE_WINDOW_S = 30.0             # rates and ETAs come from the samples of the last 30 s
-MIN_RATE_SPAN_S = 1.0            # samples closer together than this give no rate (too noisy)
 
 
 class Histogram:
@@ -153,200 +144,6 @@ def render_prometheus(counters: dict[Any, float], gauges: dict[Any, float], hist
 
 
 # ================================================================ rates and ETAs (pure: time passed in)
-
-class RateTracker:
-    """Per-second rates of monotonic totals over the last `window_s` seconds of samples.
-
-    A key missing from a sample (a file that went away) is forgotten; a total that goes down (a
-    counter that restarted) gives no rate until the window holds two samples after the drop.
-    """
-
-    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
-        self.window_s = window_s
-        self._samples: deque[tuple[float, dict[str, float]]] = deque()
-
-    def observe(self, now: float, totals: dict[str, float]) -> None:
-        self._samples.append((now, dict(totals)))
-        # keep one sample at or before the window's start, so a rate always spans the window
-        while len(self._samples) > 2 and self._samples[1][0] <= now - self.window_s:
-            self._samples.popleft()
-
-    def rate(self, key: str) -> float | None:
-        """Per second over the window; None with fewer than two samples holding the key."""
-        if len(self._samples) < 2:
-            return None
-        t1, last = self._samples[-1]
-        v1 = last.get(key)
-        if v1 is None:
-            return None
-        oldest: tuple[float, float] | None = None
-        newer = v1
-        for i in range(len(self._samples) - 2, -1, -1):
-            t, totals = self._samples[i]
-            v = totals.get(key)
-            if v is None or v > newer:       # unknown before, or a restart: the span ends here
-                break
-            oldest, newer = (t, v), v
-        if oldest is None or t1 - oldest[0] < MIN_RATE_SPAN_S:
-            return None
-        return (v1 - oldest[1]) / (t1 - oldest[0])
-
-
-def eta_s(remaining: float, rate_per_s: float | None) -> float | None:
-    """Seconds to get through `remaining` at `rate_per_s`; 0 when nothing remains, None when no progress."""
-    if remaining <= 0:
-        return 0.0
-    if not rate_per_s or rate_per_s <= 0:
-        return None
-    return remaining / rate_per_s
-
-
-def _round(v: float | None, nd: int = 1) -> float | None:
-    return None if v is None else round(v, nd)
-
-
-def is_backlog(lag_bytes: int, queue_bytes: int) -> bool:
-    """Enough left to ship that an operator wants progress lines rather than silence."""
-    return lag_bytes >= BACKLOG_MIN_BYTES or queue_bytes >= BACKLOG_MIN_BYTES
-
-
-# ================================================================ the running pipeline, watched
-
-class Monitor:
-    """Samples a running pipeline (every couple of seconds): gauges, rates, ETAs, /health's verdict,
-    the status document (`shipper status`, /status, status.json) and the periodic progress line.
-
-    `p` is the pipeline's typed status (`model.PipelineStatus`, from `Pipeline.snapshot()`), or
-    None while there is no pipeline. Times are passed in (monotonic).
-    """
-
-    def __init__(self, metrics: Metrics, events: TelemetryEvents, health_down_after_s: float = 60.0,
-                 mode: str = "daemon") -> None:
-        self.m = metrics
-        self.events = events
-        self.health_down_after_s = health_down_after_s
-        self.mode = mode
-        self.rates = RateTracker()
-        self.started = time.time()
-        self._next_progress = 0.0
-        self._backlog = False
-
-    # ---------------------------------------------------------------- sampling
-
-    def files(self, p: PipelineStatus | None, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-        """file_status() plus each file's recent shipping rate (bytes/s) and ETA."""
-        files = [f.to_dict() for f in p.files] if p is not None else []
-        files.extend(extra_files)
-        files.sort(key=lambda f: str(f.get("path")))
-        for f in files:
-            r = self.rates.rate("f:" + str(f.get("incarnation")))
-            f["rate_bytes_per_s"] = _round(r)
-            lag = f.get("lag_bytes")
-            f["eta_s"] = _round(eta_s(lag, r)) if isinstance(lag, int) else None
-        return files
-
-    def sample(self, p: PipelineStatus, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-        """Record totals for the rates and refresh the gauges; returns the files with their rates."""
-        raw = [f.to_dict() for f in p.files] + list(extra_files)
-        totals: dict[str, float] = {"in": self.m.get("shipper_events_read_total"),
-                                    "out": self.m.get("shipper_events_shipped_total")}
-        for f in raw:
-            totals["f:" + str(f.get("incarnation"))] = f["offset"]
-        self.rates.observe(now, totals)
-        files = self.files(None, raw)
-        m = self.m
-        m.clear_gauge("shipper_file_lag_bytes")
-        for f in files:
-            if isinstance(f.get("lag_bytes"), int) and f.get("inode") is not None:
-                m.set("shipper_file_lag_bytes", f["lag_bytes"], path=f["path"])
-        m.set("shipper_files_open", sum(1 for f in files if f.get("inode") is not None))
-        m.set("shipper_bytes_at_risk", p.bytes_at_risk)
-        m.set("shipper_queue_events", p.queue_events)
-        m.set("shipper_queue_bytes", p.queue_bytes)
-        m.set("shipper_dead_letter_events", p.dead_letters)
-        for j in p.journald:
-            m.set("shipper_journal_lag_entries", -1 if j.lag_entries is None else j.lag_entries, input=j.key)
-            m.set("shipper_journal_lag_seconds", -1 if j.lag_seconds is None else round(j.lag_seconds, 3), input=j.key)
-        down = self.down_for_s(p, now)
-        m.set("shipper_output_down_seconds", round(down, 1) if down is not None else 0)
-        eta = self._total_eta(files, p.queue_events)
-        m.set("shipper_backlog_eta_seconds", round(eta, 1) if eta is not None else -1)
-        return files
-
-    def _total_eta(self, files: list[dict[str, Any]], queue_events: int = 0) -> float | None:
-        """The larger of two estimates: file lag over the shipped-offset rate (offsets advance in
-        steps, when every record of a commit is acked) and the queue over the events-out rate."""
-        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
-        by_bytes = eta_s(lag, sum(f["rate_bytes_per_s"] or 0.0 for f in files))
-        by_events = eta_s(queue_events, self.rates.rate("out")) if queue_events else None
-        known = [e for e in (by_bytes, by_events) if e is not None]
-        if lag <= 0 and not queue_events:
-            return 0.0
-        return max(known) if known else None
-
-    def down_for_s(self, p: PipelineStatus | None, now: float) -> float | None:
-        """How long the output has been down in this episode; None while it is up."""
-        since = self.events.output_down_since
-        if p is None or p.output_up or since is None:
-            return None
-        return max(0.0, now - since)
-
-    # ---------------------------------------------------------------- verdicts and documents
-
-    def health(self, p: PipelineStatus | None, now: float) -> tuple[bool, str]:
-        """/health: unhealthy while starting, and once the output has been down past the threshold."""
-        if p is None:
-            return False, "starting"
-        down = self.down_for_s(p, now)
-        if down is not None and down > self.health_down_after_s:
-            return False, f"output down for {int(down)}s: {redact(p.last_error or 'no answer')}"
-        return True, "ok"
-
-    def status_doc(self, p: PipelineStatus | None, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
-        """The document `shipper status --json` prints (SPEC's minimum shape, extended)."""
-        files = self.files(p, extra_files)
-        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
-        down = self.down_for_s(p, now)
-        wall_down = self.events.output_down_since_wall if down is not None else None
-        return {
-            "daemon": "running", "running": True, "mode": self.mode, "pid": os.getpid(),
-            "updated": time.time(), "started": self.started,
-            "files": files,
-            "journald": [j.to_dict() for j in p.journald] if p else [],
-            "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0},
-            "dead_letter": p.dead_letters if p else 0,
-            "output": {"up": bool(p.output_up) if p else False,
-                       "last_error": redact(p.last_error) if p and p.last_error else None,
-                       "down_since": wall_down, "down_for_s": _round(down),
-                       "hosts": list(p.hosts) if p else []},
-            "rates": {"events_in_per_s": _round(self.rates.rate("in")),
-                      "events_out_per_s": _round(self.rates.rate("out")),
-                      "bytes_out_per_s": _round(sum(f["rate_bytes_per_s"] or 0.0 for f in files))},
-            "lag_bytes": lag, "eta_s": _round(self._total_eta(files, p.queue_events if p else 0)),
-            "read_total": int(self.m.get("shipper_events_read_total")),
-            "shipped_total": int(self.m.get("shipper_events_shipped_total")),
-            "bytes_at_risk": p.bytes_at_risk if p else 0,
-        }
-
-    def progress(self, p: PipelineStatus, now: float, files: list[dict[str, Any]], always: bool = False) -> None:
-        """Log "catching up" (rate, lag, ETA) every PROGRESS_EVERY_S while a backlog lasts, and
-        "caught up" once when it is gone. With `always` (pipe), log while there is anything to do."""
-        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
-        backlog = is_backlog(lag, p.queue_bytes) or (always and (p.queue_events > 0 or lag > 0 or not files))
-        if backlog and now >= self._next_progress:
-            self._next_progress = now + PROGRESS_EVERY_S
-            self._backlog = True
-            eta = self._total_eta(files, p.queue_events)
-            log.info("catching up", extra={
-                "lag_bytes": lag, "queue_events": p.queue_events, "queue_bytes": p.queue_bytes,
-                "events_in_per_s": _round(self.rates.rate("in")), "events_out_per_s": _round(self.rates.rate("out")),
-                "bytes_out_per_s": _round(sum(f["rate_bytes_per_s"] or 0.0 for f in files)),
-                "eta_s": _round(eta), "output_up": bool(p.output_up)})
-        elif not backlog and self._backlog:
-            self._backlog = False
-            self._next_progress = 0.0
-            log.info("caught up", extra={"shipped_total": int(self.m.get("shipper_events_shipped_total"))})
-
 
 # ================================================================ occurrences -> logs and metrics
 

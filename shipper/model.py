@@ -19,7 +19,11 @@ FLAG_MULTILINE_CAPPED = 2   # a multiline event reached max_lines
 
 @dataclass(slots=True)
 class Checkpoint:
-    """What the spool remembers of a file incarnation: the offset queued up to."""
+    """What the spool remembers of a file incarnation: the offset queued up to.
+
+    Owned by the file source (`sources/file_*.py`): only the source reading an incarnation changes
+    its live checkpoint (offset, fingerprint, finished); the catalog indexes it, and drafts, the
+    spool and status hold copies (`dataclasses.replace`)."""
 
     incarnation: str
     path: str
@@ -159,7 +163,7 @@ class JournalGap:
 
 @dataclass(frozen=True, slots=True)
 class PipelineStatus:
-    """What the running pipeline shows `metrics.Monitor`, `/status` and `shipper status`."""
+    """What the running pipeline shows `monitor.Monitor`, `/status` and `shipper status`."""
 
     files: tuple[FileStatus, ...]
     queue_events: int

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Sequence
+from typing import Any, Sequence
 
 from shipper.clock import Clock
 from shipper.config import Config
@@ -112,10 +112,10 @@ class Pipeline:
         main = self._main
         delivered = False
         if main is not None and not main.done():
-            waits: set[asyncio.Future[object]] = {main}  # type: ignore[arg-type]
+            waits: set[asyncio.Future[Any]] = {main}
             forced = asyncio.ensure_future(force.wait()) if force is not None else None
             if forced is not None:
-                waits.add(forced)  # type: ignore[arg-type]
+                waits.add(forced)
             # the reader's final commit may wait out a full disk: shutdown_timeout bounds it
             reading = asyncio.ensure_future(self._read_done.wait())
             await asyncio.wait({reading, *waits}, timeout=max(timeout_s, 0.0) + 5.0,

@@ -20,18 +20,21 @@ import orjson
 
 from shipper import native, sdnotify
 from shipper.clock import Clock, SystemClock
-from shipper.config import Config, load_config
+from shipper.config import Config, InputConfig, load_config
 from shipper.errors import ConfigError, ShipperError
 from shipper.logs import register_secret
-from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
+from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
+from shipper.monitor import Monitor
 from shipper.events import Events
 from shipper.model import PipelineStatus
 from shipper.pipeline import Pipeline
 from shipper.ship.sender import Sender
+from shipper.ship.template import guard_first_bulk
 from shipper.sources.files import FileSource
 from shipper.sources.journal_source import JournaldSource, is_journal_checkpoint
 from shipper.sources.journald import JournalReaderConfig
-from shipper.spool import AsyncSpool, Spool
+from shipper.sources.stdin import StdinSource
+from shipper.spool import AsyncSpool, Spool, SpoolContents
 
 log = logging.getLogger("shipper")
 
@@ -84,13 +87,26 @@ async def open_state(state_dir: str) -> AsyncSpool:
     return AsyncSpool(await asyncio.to_thread(Spool, state_dir))
 
 
-async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock,
-                         host_name: str | None = None) -> tuple[Pipeline, FileSource]:
-    """State, then output, then inputs: the pipeline over what the spool holds, and the files."""
-    contents = await spool.contents()
+async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock, host_name: str | None = None,
+                         stdin: tuple[InputConfig, int] | None = None) -> tuple[Pipeline, FileSource | StdinSource]:
+    """State, then output, then inputs: the pipeline over what the spool holds, and its source (the
+    files of `cfg.inputs`, or with `stdin` = (input, fd) the stream of `shipper pipe`)."""
+    return assemble(cfg, spool, await spool.contents(), events, clock, host_name, stdin)
+
+
+def assemble(cfg: Config, spool: AsyncSpool, contents: SpoolContents, events: Events, clock: Clock,
+             host_name: str | None = None, stdin: tuple[InputConfig, int] | None = None
+             ) -> tuple[Pipeline, FileSource | StdinSource]:
+    """`build_pipeline` over contents already read."""
     sender = Sender(cfg, events, clock)
+    guard_first_bulk(sender.client, cfg)    # issue 17: the index template before the first bulk request
     p = Pipeline(cfg, spool, contents, sender, events, clock)
     host = host_name or socket.gethostname()
+    source: FileSource | StdinSource
+    if stdin is not None:
+        source = StdinSource(stdin[0], cfg.output.index, host, p.writer, events, clock, stdin[1])
+        p.add_source(source)
+        return p, source
     # files see only the file inputs and their checkpoints; each journald input is a source of
     # its own, resuming from the checkpoint stored under its journal key
     journal_cps = {cp.incarnation: cp for cp in contents.checkpoints if is_journal_checkpoint(cp)}

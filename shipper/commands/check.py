@@ -1,5 +1,6 @@
 """`shipper check`: validate the config, list the files the globs match now (for a journald input:
-whether the journal is readable and how many entries match), try each output host."""
+whether the journal is readable and how many entries match), try each output host, and judge the
+index templates (installed? covering the indices? a data-stream trap?)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 from shipper.config import InputConfig, load_config
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
+from shipper.ship.template import Inspection, inspect
 from shipper.sources.journald import check_journal
 from shipper.tail import discovery
 
@@ -62,15 +64,24 @@ def check(config_path: str) -> int:
     else:
         print(f"state_dir: {sd}: writable")
 
-    async def probe_output() -> list[tuple[str, bool, str]]:
+    async def probe_output() -> tuple[list[tuple[str, bool, str]], Inspection]:
         client = BulkClient(cfg.output, Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s))
         try:
-            return await client.probe()
+            probes = await client.probe()
+            if not any(up for _h, up, _d in probes):
+                return probes, Inspection()
+            return probes, await inspect(client, cfg)
         finally:
             await client.close()
 
-    for host, up, detail in asyncio.run(probe_output()):
+    probes, templates = asyncio.run(probe_output())
+    for host, up, detail in probes:
         print(f"output: {host}: {'ok' if up else 'FAILED'} ({detail})")
         ok = ok and up
+    if not cfg.output.tls.verify and any(h.startswith("https:") for h in cfg.output.hosts):
+        print("output: WARNING: TLS verification is off (tls.verify: false)")
+    for f in templates.findings:
+        print(f.text if f.ok else f"WARNING: {f.text}")
+    ok = ok and templates.ok
     print("all well" if ok else "problems found")
     return 0 if ok else 1

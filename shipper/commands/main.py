@@ -1,6 +1,6 @@
 """`shipper` command line: argv -> calls; exceptions -> exit codes (0 ok, 1 runtime failure, 2 usage/config).
 
-Dispatches run, check, status, dlq, pipe and demo. Logic lives in the modules these call.
+Dispatches run, check, status, dlq, pipe, template and demo. Logic lives in the modules these call.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--state-dir", help="queue directory (default $XDG_STATE_HOME/shipper/pipe)")
     pp.add_argument("--format", default=None, choices=("auto", "json", "text"), help="line format (default auto)")
     pp.add_argument("--timeout", default="30s", help="how long to keep retrying after stdin closes (default 30s)")
+    t = sub.add_parser("template", help="print or install the index template for the configured indices")
+    with_config(t)
+    t.add_argument("--print", action="store_true", dest="print_only", help="print the template as JSON, install nothing")
+    t.add_argument("--force", action="store_true", help="replace an existing template named shipper")
     dm = sub.add_parser("demo", help="the whole pipeline on an embedded OpenSearch-compatible server")
     dm.add_argument("--lines", type=int, default=3000, help="sample lines to write (default 3000)")
     return p
@@ -77,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "pipe":
             from shipper.commands.pipe import pipe
             return pipe(args)
+        if args.command == "template":
+            from shipper.commands.template import template
+            return template(args.config, print_only=args.print_only, force=args.force)
         if args.command == "demo":
             from shipper.commands.demo import demo
             return demo(lines=args.lines)

@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import signal
-import stat
 import sys
 import time
 from typing import Any, Callable, Mapping
@@ -24,22 +23,18 @@ from typing import Any, Callable, Mapping
 from shipper.clock import SystemClock
 from shipper.config import Config, InputConfig, MetricsConfig, load_config, parse_duration
 from shipper.errors import ConfigError
-from shipper.metrics import Metrics, Monitor, TelemetryEvents, serve_metrics
-from shipper.model import Line
-from shipper.parse.document import DocBuilder
+from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
+from shipper.monitor import Monitor
+from shipper.model import PipelineStatus
 from shipper.pipeline import Pipeline
-from shipper.service import STATUS_EVERY_S, StateLock, register_config_secrets, write_status
+from shipper.service import STATUS_EVERY_S, StateLock, build_pipeline, open_state, register_config_secrets, write_status
 from shipper.ship.client import redact_url
-from shipper.spool import AsyncSpool, Spool
-from shipper.tail import identity
-from shipper.tail.lines import LineSplitter
+from shipper.sources.stdin import STDIN_PATH, StdinSource
+from shipper.spool import AsyncSpool
 
 log = logging.getLogger("shipper.pipe")
 
-STDIN_PATH = "-"              # log.file.path of stdin events
-PIPE_CHUNK_BYTES = 256 * 1024
-FILE_CHUNK_BYTES = 1024 * 1024
-TICK_S = 0.1                  # commit/multiline timer while stdin is quiet
+TICK_S = 0.1                  # status and drain checks
 
 
 def default_state_dir(env: Mapping[str, str]) -> str:
@@ -76,126 +71,6 @@ def build_config(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Conf
     return cfg, inp, timeout_s
 
 
-class StdinSource:
-    """Stdin as a source: bounded reads -> LineSplitter -> DocBuilder into the pipeline's
-    accumulator (the same parse as a file), covering stream offsets of one incarnation."""
-
-    def __init__(self, p: Pipeline, inp: InputConfig, fd: int) -> None:
-        self.p = p
-        self.fd = fd
-        self.builder = DocBuilder(inp, p.cfg.output.index, p.host_name)
-        self.splitter = LineSplitter(0, inp.max_line_bytes)
-        self.incarnation = identity.new_incarnation()
-        st = os.fstat(fd)
-        self.is_file = stat.S_ISREG(st.st_mode)
-        # `shipper pipe < big.log`: the size is known, so progress has an end and an ETA
-        self.start = os.lseek(fd, 0, os.SEEK_CUR) if self.is_file else 0
-        self.size: int | None = st.st_size - self.start if self.is_file else None
-        self.bytes_read = 0
-        self.eof = False
-
-    def take(self, lines: list[Line]) -> None:
-        """Parse lines into the accumulator and extend the range this incarnation covers."""
-        p = self.p
-        acc = p.acc
-        if acc.empty():
-            acc.started = p.clock.monotonic()
-        if lines:
-            n0 = len(acc.parts)
-            acc.nbytes += self.builder.build(self.incarnation, STDIN_PATH, lines, p.clock.time(), acc.parts)
-            acc.events += len(acc.parts) - n0
-            p.read_total += len(lines)
-            p.events.lines_read(STDIN_PATH, len(lines), 0)
-        end = self.splitter.offset
-        cov = acc.covers.get(self.incarnation)
-        if cov is None:
-            if not lines:
-                return
-            acc.covers[self.incarnation] = [lines[0][0], end]
-        else:
-            cov[1] = end
-
-    async def _room(self) -> None:
-        """Backpressure: while the queue is full, stop reading (the writer blocks on the pipe)."""
-        p = self.p
-        while p.queue_bytes >= p.cfg.queue.max_bytes:
-            if not p.paused:
-                p.paused = True
-                p.events.backpressure(True, p.queue_bytes)
-            p.space.clear()
-            try:
-                await asyncio.wait_for(p.space.wait(), timeout=1.0)
-            except asyncio.TimeoutError:
-                pass
-        if p.paused:
-            p.paused = False
-            p.events.backpressure(False, p.queue_bytes)
-
-    async def _feed(self, chunk: bytes) -> None:
-        self.bytes_read += len(chunk)
-        self.take(self.splitter.feed(chunk))
-        if self.p.should_commit():
-            await self.p.commit()
-        await self._room()
-
-    async def run(self) -> None:
-        """Read stdin to its end; there the last line without a newline counts (not when cancelled:
-        a line cut by an interrupt is incomplete). Commit what was read."""
-        try:
-            if self.is_file:
-                await self._read_file()
-            else:
-                await self._read_stream()
-        finally:
-            self.eof = True
-        self.take(self.splitter.flush())
-        await self.p.commit()
-
-    async def _read_file(self) -> None:
-        while True:
-            chunk = await asyncio.to_thread(os.read, self.fd, FILE_CHUNK_BYTES)
-            if not chunk:
-                return
-            await self._feed(chunk)
-
-    async def _read_stream(self) -> None:
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=2 * PIPE_CHUNK_BYTES)
-        pipe = os.fdopen(self.fd, "rb", buffering=0, closefd=False)
-        try:
-            transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
-        except (OSError, ValueError):
-            # /dev/null and other files epoll refuses: plain reads, which never block for long there
-            pipe.close()
-            await self._read_file()
-            return
-        try:
-            while True:
-                chunk = await reader.read(PIPE_CHUNK_BYTES)
-                if not chunk:
-                    return
-                await self._feed(chunk)
-        finally:
-            transport.close()
-            try:
-                os.set_blocking(self.fd, True)   # leave a terminal or shared pipe as we found it
-            except OSError:
-                pass
-
-    def file_row(self) -> dict[str, Any]:
-        """Stdin as a row of `shipper status`: offsets are stream offsets."""
-        queued = self.splitter.offset
-        shipped = self.p._shipped_offsets().get(self.incarnation, queued)
-        size = self.size if self.size is not None else self.bytes_read
-        return {"path": STDIN_PATH, "inode": None, "incarnation": self.incarnation, "offset": shipped,
-                "queued_offset": queued, "size": size, "lag_bytes": max(0, size - shipped),
-                "state": "closed" if self.eof else "reading"}
-
-
-def _is_drained(p: Pipeline) -> bool:
-    return p.queue_events == 0 and p.acc.empty() and not p.in_flight
-
-
 class PipeRun:
     """One `shipper pipe` run: lock, spool, output, stdin; read to EOF, then drain or give up."""
 
@@ -204,6 +79,7 @@ class PipeRun:
         self.inp = inp
         self.timeout_s = timeout_s
         self.fd = fd
+        self.clock = SystemClock()
         self.metrics = Metrics()
         self.events = TelemetryEvents(self.metrics)
         self.monitor = Monitor(self.metrics, self.events, cfg.metrics.health_down_after_s, mode="pipe")
@@ -217,41 +93,40 @@ class PipeRun:
         if self.stop.is_set():
             self.force.set()
         self.stop.set()
+        if self.src is not None and not self.src.exhausted:
+            self.src.interrupt()
+            log.warning("pipe interrupted, stdin not read to its end", extra={"read_bytes": self.src.bytes_read})
 
-    def _rows(self) -> list[dict[str, Any]]:
-        return [self.src.file_row()] if self.src is not None else []
+    def _snapshot(self) -> PipelineStatus | None:
+        return self.p.snapshot() if self.p is not None else None
 
     def _status(self) -> dict[str, Any]:
-        return self.monitor.status_doc(self.p, time.monotonic(), self._rows())
+        return self.monitor.status_doc(self._snapshot(), time.monotonic())
 
     def _health(self) -> tuple[bool, str]:
-        return self.monitor.health(self.p, time.monotonic())
+        return self.monitor.health(self._snapshot(), time.monotonic())
 
-    def _tick_status(self) -> None:
-        assert self.p is not None
+    def _tick_status(self, snap: PipelineStatus) -> None:
         now = time.monotonic()
-        files = self.monitor.sample(self.p, now, self._rows())
-        self.monitor.progress(self.p, now, files, always=True)
+        files = self.monitor.sample(snap, now)
+        self.monitor.progress(snap, now, files, always=True)
         try:
-            write_status(self.cfg.state_dir, self.monitor.status_doc(self.p, now, self._rows()))
+            write_status(self.cfg.state_dir, self.monitor.status_doc(snap, now))
         except OSError as e:
             log.debug("status file not written", extra={"error": str(e)})
 
-    async def _ticks_until(self, until: Callable[[], bool], wait_on: asyncio.Future[Any] | None = None) -> None:
-        """Run the timers (commit of a quiet accumulator, status, progress line) until `until()`."""
+    async def _ticks_until(self, until: Callable[[PipelineStatus], bool]) -> None:
+        """Status and the progress line every STATUS_EVERY_S, until `until(snapshot)`."""
         assert self.p is not None
-        p = self.p
-        while not until():
+        while True:
+            snap = self.p.snapshot()
+            if until(snap) or self.p.failed is not None:
+                return
             now = time.monotonic()
-            if not p.acc.empty() and p.should_commit():
-                await p.commit()
             if now >= self._next_status:
-                self._tick_status()
+                self._tick_status(snap)
                 self._next_status = now + STATUS_EVERY_S
-            if wait_on is not None:
-                await asyncio.wait({wait_on}, timeout=TICK_S)
-            else:
-                await asyncio.sleep(TICK_S)
+            await self.clock.wait(self.force, TICK_S)
 
     async def run(self) -> int:
         cfg = self.cfg
@@ -259,12 +134,13 @@ class PipeRun:
         lock = StateLock(cfg.state_dir)
         runner = None
         aspool: AsyncSpool | None = None
-        senders: list[asyncio.Task[None]] = []
         loop = asyncio.get_running_loop()
+        remaining, dead = 0, 0
         try:
-            aspool = AsyncSpool(await asyncio.to_thread(Spool, cfg.state_dir))
-            p = self.p = Pipeline(cfg, aspool, self.events, SystemClock())
-            self.src = StdinSource(p, self.inp, self.fd)
+            aspool = await open_state(cfg.state_dir)
+            p, src = await build_pipeline(cfg, aspool, self.events, self.clock, stdin=(self.inp, self.fd))
+            assert isinstance(src, StdinSource)
+            self.p, self.src = p, src
             if cfg.metrics.listen:
                 try:
                     runner = await serve_metrics(cfg.metrics.listen, self.metrics, self._health, self._status)
@@ -273,32 +149,21 @@ class PipeRun:
                                 extra={"listen": cfg.metrics.listen, "error": str(e)})
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal)
-            queued_before = p.queue_events
-            log.info("pipe started", extra={"state_dir": cfg.state_dir, "incarnation": self.src.incarnation,
-                                            "queued_before": queued_before, "stdin_bytes": self.src.size})
-            for i in range(cfg.output.max_in_flight):
-                senders.append(asyncio.create_task(p.sender(), name=f"sender-{i}"))
-            reader = asyncio.create_task(self.src.run(), name="stdin")
-            await self._ticks_until(lambda: reader.done() or self.stop.is_set(), reader)
-            if not reader.done():           # a stop signal: what was read is queued, the rest is not ours
-                reader.cancel()
-                await asyncio.gather(reader, return_exceptions=True)
-                log.warning("pipe interrupted, stdin not read to its end", extra={"read_bytes": self.src.bytes_read})
-            elif reader.exception() is not None:
-                raise reader.exception()  # type: ignore[misc]
-            await p.commit()
-            p.stopping = p.reading_done = True
-            p.outbox_ready.set()
+            queued_before = p.snapshot().queue_events
+            log.info("pipe started", extra={"state_dir": cfg.state_dir, "incarnation": src.incarnation,
+                                            "queued_before": queued_before, "stdin_bytes": src.size})
+            await p.start()
+            await self._ticks_until(lambda s: src.exhausted)
             # Drain. Give up only when nothing was acknowledged for timeout_s (an output that is slow
             # but makes progress is waited for), or shutdown_timeout after a stop signal.
-            progress = [time.monotonic(), p.shipped_total, p.queue_events]
+            progress = [time.monotonic(), -1, -1]
             stop_deadline: list[float] = []
 
-            def give_up() -> bool:
+            def give_up(snap: PipelineStatus) -> bool:
                 now = time.monotonic()
-                if (p.shipped_total, p.queue_events) != (progress[1], progress[2]):
-                    progress[:] = [now, p.shipped_total, p.queue_events]
-                if _is_drained(p) or self.force.is_set():
+                if (snap.shipped_total, snap.queue_events) != (progress[1], progress[2]):
+                    progress[:] = [now, snap.shipped_total, snap.queue_events]
+                if snap.drained or self.force.is_set():
                     return True
                 if self.stop.is_set():
                     if not stop_deadline:
@@ -307,14 +172,18 @@ class PipeRun:
                 return now - progress[0] > self.timeout_s
 
             await self._ticks_until(give_up)
+            await p.stop(0.0, self.force)
+            if p.failed is not None:
+                raise p.failed
+            contents = await aspool.contents()
+            remaining = sum(m.events for m in contents.pending)
+            dead = contents.dead_letters
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            for t in senders:
-                t.cancel()
-            await asyncio.gather(*senders, return_exceptions=True)
             if self.p is not None:
-                await self.p.client.close()
+                await self.p.stop(0.0)
+                await self.p.sender.client.close()
             if runner is not None:
                 await runner.cleanup()
             if aspool is not None:
@@ -327,14 +196,13 @@ class PipeRun:
                     except OSError:
                         pass
             lock.release()
-        assert self.p is not None and aspool is not None
-        p = self.p
-        remaining = aspool.spool.queued_events
-        log.info("pipe finished", extra={"read_total": p.read_total, "shipped_total": p.shipped_total,
-                                         "dead_letter": aspool.spool.dead_letters, "queued": remaining})
+        assert self.p is not None
+        snap = self.p.snapshot()
+        log.info("pipe finished", extra={"read_total": snap.read_total, "shipped_total": snap.shipped_total,
+                                         "dead_letter": dead, "queued": remaining})
         if remaining == 0:
             return 0
-        self._tell_how_to_resume(remaining, p.last_error)
+        self._tell_how_to_resume(remaining, snap.last_error)
         return 1
 
     def _tell_how_to_resume(self, remaining: int, last_error: str | None) -> None:

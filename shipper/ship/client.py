@@ -2,17 +2,19 @@
 
 Decisions live in ship/bulk.py and ship/backoff.py; this module performs the I/O and reports
 what came back. It never touches files or spool internals. Secrets never reach an error text.
+A `preflight` (the index template, ship/template.py) runs once before the first bulk request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import random
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -22,9 +24,11 @@ from shipper.clock import Clock, SystemClock
 from shipper.config import ElasticsearchConfig
 from shipper.errors import TransportError
 from shipper.logs import register_secret
+from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
 from shipper.ship.bulk import FILTER_PATH, parse_retry_after
 
+log = logging.getLogger("shipper.output")
 
 _ALL_DELIVERED = b'{"errors":false'   # filter_path puts `errors` first
 
@@ -38,6 +42,31 @@ def redact_url(url: str) -> str:
             host += f":{parts.port}"
         return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
     return url
+
+
+def api_key_header(api_key: str) -> str:
+    """The Authorization header for an API key in either form Elasticsearch hands out: `id:api_key`
+    (what the create-API-key answer lists as `id` and `api_key`) is base64-encoded here; the
+    `encoded` form (base64 already, no `:` in it) is sent as it is. A pasted `ApiKey ` is dropped."""
+    key = api_key.strip()
+    if key[:7].lower() == "apikey ":
+        key = key[7:].strip()
+    if ":" in key:
+        key = base64.b64encode(key.encode()).decode()
+    return "ApiKey " + key
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One non-bulk request's answer (GET /, the index template): status, JSON body or None, headers."""
+
+    status: int
+    body: Any
+    headers: Mapping[str, str]
+    host: str
+
+
+Preflight = Callable[["BulkClient"], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -88,8 +117,10 @@ class BulkClient:
         headers = {"Content-Type": "application/x-ndjson", "Accept": "application/json",
                    "User-Agent": "shipper/0.1"}
         if cfg.api_key:
-            headers["Authorization"] = "ApiKey " + cfg.api_key
+            headers["Authorization"] = api_key_header(cfg.api_key)
             register_secret(cfg.api_key)
+            for part in cfg.api_key.split(":"):
+                register_secret(part.strip())
         elif cfg.username is not None:
             cred = f"{cfg.username}:{cfg.password or ''}"
             headers["Authorization"] = "Basic " + base64.b64encode(cred.encode()).decode()
@@ -102,13 +133,99 @@ class BulkClient:
         if cfg.pipeline:
             q += f"&pipeline={cfg.pipeline}"
         self._query = q
+        self._tls = tlsmod.client_context(cfg.tls)
+        self._pinned: set[str] = set()        # hosts whose chain showed the pinned CA
+        self.preflight: Preflight | None = None
+        self._preflight_done = False
+        self._preflight_lock = asyncio.Lock()
+        if not cfg.tls.verify and any(h.url.startswith("https:") for h in self.hosts):
+            log.warning("TLS verification is off (tls.verify: false): anyone on the path can read and "
+                        "change what is shipped; pin the CA with tls.ca_fingerprint or set tls.ca_file",
+                        extra={"hosts": [h.label for h in self.hosts if h.url.startswith("https:")]})
 
     def _ssl(self) -> ssl.SSLContext | bool:
-        if not self.cfg.tls.verify:
-            return False
-        if self.cfg.tls.ca_file:
-            return ssl.create_default_context(cafile=self.cfg.tls.ca_file)
-        return True
+        return self._tls
+
+    async def _pin(self, host: Host) -> None:
+        """With tls.ca_fingerprint: before the first request to an https host, find the pinned CA in
+        the chain it sends and trust it. Raises TransportError (retryable) when none matches."""
+        if not self.cfg.tls.ca_fingerprint or host.label in self._pinned or not host.url.startswith("https:"):
+            return
+        assert isinstance(self._tls, ssl.SSLContext)
+        parts = urlsplit(host.url)
+        try:
+            chain = await tlsmod.fetch_chain(parts.hostname or "", parts.port or 443,
+                                             tlsmod.chain_context(self.cfg.tls), min(10.0, self.cfg.timeout_s))
+        except asyncio.TimeoutError:
+            raise TransportError(f"timeout after {min(10.0, self.cfg.timeout_s):g}s", host=host.label) from None
+        except (OSError, ssl.SSLError) as e:
+            raise TransportError(self._describe(e), host=host.label) from None
+        verdict = tlsmod.pick_pinned_ca(chain, self.cfg.tls.ca_fingerprint)
+        if verdict.ca_der is None:
+            raise TransportError(f"TLS: {verdict.error}", host=host.label)
+        tlsmod.trust(self._tls, verdict.ca_der)
+        self._pinned.add(host.label)
+
+    def _describe(self, e: BaseException) -> str:
+        described = tlsmod.describe_tls_error(e, self.cfg.tls)
+        return _safe(described) if described else f"{type(e).__name__}: {_safe(str(e))}"
+
+    async def _failed(self, host: Host, e: BaseException) -> TransportError:
+        """A request that got no answer: the host is marked, the error says why in words."""
+        self.mark(host, False, self._clock.monotonic())
+        if self.cfg.tls.ca_fingerprint and isinstance(e, (aiohttp.ClientSSLError, ssl.SSLError)):
+            self._pinned.discard(host.label)    # the server's chain may have changed: look again next time
+        if isinstance(e, asyncio.TimeoutError):
+            return TransportError(f"timeout after {self.cfg.timeout_s:g}s", host=host.label)
+        if (host.url.startswith("https:") and tlsmod.describe_tls_error(e, self.cfg.tls) is None
+                and isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, ConnectionError))):
+            # a reset on https: a refused client certificate looks like this under TLS 1.3
+            parts = urlsplit(host.url)
+            found = await tlsmod.diagnose(parts.hostname or "", parts.port or 443, self._tls,
+                                          min(5.0, self.cfg.timeout_s))
+            if found is not None and tlsmod.describe_tls_error(found, self.cfg.tls) is not None:
+                e = found
+        return TransportError(self._describe(e), host=host.label)
+
+    async def _run_preflight(self) -> None:
+        """The preflight once, before the first bulk request; it raises TransportError to be tried again."""
+        if self.preflight is None or self._preflight_done:
+            return
+        async with self._preflight_lock:
+            if not self._preflight_done:
+                await self.preflight(self)
+                self._preflight_done = True
+
+    def _auth_headers(self, host: Host) -> dict[str, str]:
+        headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
+        if host.auth and "Authorization" not in headers:
+            headers["Authorization"] = host.auth
+        return headers
+
+    async def request(self, method: str, path: str, body: Any = None, host: Host | None = None) -> Answer:
+        """One JSON request to `host` (default: the next one up). Raises TransportError when no answer came."""
+        host = host or self.pick(self._clock.monotonic())
+        await self._pin(host)
+        headers = self._auth_headers(host)
+        headers["Accept"] = "application/json"
+        headers["User-Agent"] = self._headers["User-Agent"]
+        data = None
+        if body is not None:
+            data = orjson.dumps(body)
+            headers["Content-Type"] = "application/json"
+        session = await self.session()
+        try:
+            async with session.request(method, host.url + path, data=data, headers=headers) as resp:
+                raw = await resp.read()
+                status = resp.status
+                resp_headers = {k: v for k, v in resp.headers.items()}
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise await self._failed(host, e) from None
+        try:
+            answer: Any = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            answer = raw.decode("utf-8", "replace")[:500]
+        return Answer(status, answer, resp_headers, host.label)
 
     async def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -157,7 +274,9 @@ class BulkClient:
 
     async def post_bulk(self, body: bytes, gzipped: bool) -> Reply:
         """One bulk POST. Raises TransportError (retryable) when no HTTP answer came."""
+        await self._run_preflight()
         host = self.pick(self._clock.monotonic())
+        await self._pin(host)
         headers = dict(self._headers)
         if host.auth and "Authorization" not in headers:
             headers["Authorization"] = host.auth
@@ -171,12 +290,8 @@ class BulkClient:
                 raw = await resp.read()
                 status = resp.status
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-        except asyncio.TimeoutError:
-            self.mark(host, False, self._clock.monotonic())
-            raise TransportError(f"timeout after {self.cfg.timeout_s:g}s", host=host.label) from None
-        except (aiohttp.ClientError, OSError) as e:
-            self.mark(host, False, self._clock.monotonic())
-            raise TransportError(f"{type(e).__name__}: {_safe(str(e))}", host=host.label) from None
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise await self._failed(host, e) from None
         seconds = time.monotonic() - t0
         answer: dict[str, Any] | None = None
         if 200 <= status < 300 and raw.startswith(_ALL_DELIVERED):
@@ -196,9 +311,12 @@ class BulkClient:
         out = []
         session = await self.session()
         for h in self.hosts:
-            headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
-            if h.auth and "Authorization" not in headers:
-                headers["Authorization"] = h.auth
+            headers = self._auth_headers(h)
+            try:
+                await self._pin(h)
+            except TransportError as e:
+                out.append((h.label, False, str(e)))
+                continue
             try:
                 async with session.get(h.url + "/", headers=headers) as resp:
                     raw = await resp.read()
@@ -212,8 +330,8 @@ class BulkClient:
                             out.append((h.label, True, "HTTP 200"))
                     else:
                         out.append((h.label, False, f"HTTP {resp.status}"))
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                out.append((h.label, False, f"{type(e).__name__}: {_safe(str(e))}"))
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                out.append((h.label, False, self._describe(e)))
         return out
 
 

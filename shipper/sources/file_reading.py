@@ -23,7 +23,7 @@ from shipper.sources.base import Drafts, Progress, Room
 from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
 from shipper.tail.files import FileSet, Holder, Key, OpenFile, Parked, disk_stat
-from shipper.tail.harvester import CHUNK_BYTES, Harvester
+from shipper.tail.harvester import CHUNK_BYTES, GzipReader, Harvester
 from shipper.tail.recovery import Recovery
 
 DELETED_GRACE_S = 1.0         # a deleted file, read to its end, is closed this long after its last growth
@@ -51,7 +51,7 @@ class FileReader:
         return None if m is None else MultilineAggregator(m.start, m.max_lines, m.timeout_s)
 
     def make(self, path: str, idx: int, fd: int, st: object, cp: Checkpoint, *, start: int | None = None,
-             gz: look.GzipReader | None = None, size_hint: int | None = None, role: str = "live") -> OpenFile:
+             gz: GzipReader | None = None, size_hint: int | None = None, role: str = "live") -> OpenFile:
         inp = self.cfg.inputs[idx]
         h = Harvester(path, fd, st, cp, inp.max_line_bytes, self.clock.monotonic(),  # type: ignore[arg-type]
                       start_offset=start, gz=gz, size_hint=size_hint)
@@ -115,9 +115,15 @@ class FileReader:
             if not grouped:
                 cp.size = f.harvester.size
                 if f.role == "live":
-                    f.harvester.refresh_fingerprint()
+                    self.grow_fingerprint(f)
             cp.updated = now_wall
             draft.checkpoints[cp.incarnation] = dataclasses.replace(cp)
+
+    @staticmethod
+    def grow_fingerprint(f: OpenFile) -> None:
+        grown = f.harvester.grown_fingerprint()
+        if grown is not None:
+            f.checkpoint.fp_len, f.checkpoint.fp = grown
 
     def flush_due(self, now_mono: float) -> None:
         for f in self.files.open.values():

@@ -128,6 +128,12 @@ class Spool:
 
     # ---------------------------------------------------------------- accounting
 
+    def contents(self) -> SpoolContents:
+        """Copies of what the store holds: queued batches in order, checkpoints, dead-letter count."""
+        return SpoolContents(tuple(dataclasses.replace(self.pending[s]) for s in sorted(self.pending)),
+                             tuple(dataclasses.replace(cp) for cp in self.checkpoints.values()),
+                             self.dead_letters)
+
     @property
     def queued_events(self) -> int:
         return sum(m.events for m in self.pending.values())
@@ -402,12 +408,7 @@ class AsyncSpool:
     async def contents(self) -> SpoolContents:
         """What the store holds now (after every call submitted before): queued batches in order,
         checkpoints, the dead-letter count. Copies, taken on the spool thread."""
-        def snap() -> SpoolContents:
-            sp = self.spool
-            return SpoolContents(tuple(dataclasses.replace(sp.pending[s]) for s in sorted(sp.pending)),
-                                 tuple(dataclasses.replace(cp) for cp in sp.checkpoints.values()),
-                                 sp.dead_letters)
-        c = await self.call(snap)
+        c = await self.call(self.spool.contents)
         self.dead_letters = c.dead_letters
         return c
 

@@ -8,7 +8,7 @@ parks it, or closes it and looks again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Collection, Literal
 
 from shipper.model import Checkpoint
 from shipper.tail.catalog import Catalog
@@ -39,7 +39,7 @@ class Decision:
 
 
 def decide(cand: Candidate, key: Key, size: int, head: bytes, compressed: bool, being_copied: bool, *,
-           catalog: Catalog, open_keys: set[Key] | dict[Key, object], reading: Callable[[str], bool],
+           catalog: Catalog, open_keys: Collection[Key], reading: Callable[[str], bool],
            has_input: Callable[[str], bool], was_parked: bool) -> Decision:
     """What the opened file `cand` (now (dev, inode) `key`, `size` bytes, first bytes `head`) is."""
     if key in open_keys or key != cand.key:

@@ -9,12 +9,13 @@ owned here; the source reading an incarnation advances its own, and drafts take 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, TypeVar
 
 from shipper.model import Checkpoint
 from shipper.tail import identity
 
 Key = tuple[int, int]        # (dev, inode)
+K = TypeVar("K")
 
 
 class Catalog:
@@ -67,13 +68,9 @@ class Catalog:
         cp = self._cps.pop(incarnation, None)
         if cp is None:
             return None
-        for idx, k in ((self._by_key, (cp.dev, cp.inode)), (self._by_path, cp.path),
-                       (self._by_root, identity.rotation_root(cp.path))):
-            s = idx.get(k)  # type: ignore[attr-defined]
-            if s is not None:
-                s.discard(incarnation)
-                if not s:
-                    del idx[k]  # type: ignore[attr-defined]
+        _drop(self._by_key, (cp.dev, cp.inode), incarnation)
+        _drop(self._by_path, cp.path, incarnation)
+        _drop(self._by_root, identity.rotation_root(cp.path), incarnation)
         return cp
 
     def lookup(self, key: Key, head: bytes, size: int | None) -> Checkpoint | None:
@@ -113,3 +110,11 @@ class Catalog:
             if best is None or rank > best[0]:
                 best = (rank, cp)
         return None if best is None else best[1]
+
+
+def _drop(index: dict[K, set[str]], k: K, incarnation: str) -> None:
+    s = index.get(k)
+    if s is not None:
+        s.discard(incarnation)
+        if not s:
+            del index[k]

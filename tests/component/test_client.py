@@ -25,25 +25,9 @@ from shipper.ship.bulk import split_pairs
 from shipper.model import Batch
 from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
+from tests.support.fake_clock import FakeClock
 from tests.support.es import ES
 from tests.support.proxy import FaultProxy
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_000.0) -> None:
-        self.now = start
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    async def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.now += s
-        await asyncio.sleep(0)
 
 
 class Recording(Events):
@@ -66,7 +50,7 @@ def _sender(hosts: list[str], clock: FakeClock | None = None, events: Events | N
     es.setdefault("compression", "none")
     cfg = Config(output=ElasticsearchConfig(hosts=tuple(hosts), **es),
                  retry=RetryConfig(initial_backoff_s=0.1, max_backoff_s=30.0))
-    return Sender(cfg, events or Recording(), clock or FakeClock())
+    return Sender(cfg, events or Recording(), clock or FakeClock(wall=1_000.0))
 
 
 def _attempt(seqs: range | list[int], index: str = "t", pad: str = "") -> Batch:
@@ -84,7 +68,7 @@ async def _close(s: Sender) -> None:
 
 
 async def test_retry_after_is_honoured_and_backoff_resets_after_success(es: ES, fault_proxy: FaultProxy) -> None:
-    clock = FakeClock()
+    clock = FakeClock(wall=1_000.0)
     ev = Recording()
     s = _sender([fault_proxy.url], clock, ev)
     try:
@@ -175,7 +159,7 @@ async def test_api_key_and_basic_auth_headers(es: ES, fault_proxy: FaultProxy) -
 async def test_401_is_logged_once_per_episode_with_the_host_and_recovers(es: ES, fault_proxy: FaultProxy,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     fault_proxy.require_basic_auth("elastic", "right-password")
-    clock = FakeClock()
+    clock = FakeClock(wall=1_000.0)
     ev = Recording()
     s = _sender([fault_proxy.url], clock, ev, username="elastic", password="wrong-password")
     caplog.set_level(logging.INFO, logger="shipper.output")
@@ -202,7 +186,7 @@ async def test_401_is_logged_once_per_episode_with_the_host_and_recovers(es: ES,
 
 async def test_two_hosts_one_refusing_costs_no_sleep(es: ES, fault_proxy: FaultProxy) -> None:
     dead_url = f"http://127.0.0.1:{free_port()}"
-    clock = FakeClock()
+    clock = FakeClock(wall=1_000.0)
     s = _sender([dead_url, fault_proxy.url], clock)
     try:
         for i in range(6):
@@ -218,7 +202,7 @@ async def test_two_hosts_one_refusing_costs_no_sleep(es: ES, fault_proxy: FaultP
 
 async def test_one_host_refusing_backs_off_and_reports_down(fault_proxy: FaultProxy, es: ES) -> None:
     fault_proxy.down()
-    clock = FakeClock()
+    clock = FakeClock(wall=1_000.0)
     ev = Recording()
     s = _sender([fault_proxy.url], clock, ev)
     try:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from shipper import pipeline as pipeline_mod
 from shipper.model import Checkpoint
-from shipper.spool import ROWS_PER_STATEMENT, Spool, decode_body
+from shipper.codec import decode_body
+from shipper.spool.store import ROWS_PER_STATEMENT, Spool
+from shipper.spool.writer import WRITES_BEHIND
 from tests.support.pipeline_rig import Rig
 
 
@@ -85,14 +86,14 @@ async def test_records_queue_behind_a_busy_spool_thread_in_read_order(tmp_path: 
         _write_lines(log, 0, 10)
         await p.rescan()
         await p.open_waiting()
-        blocker = asyncio.ensure_future(p.spool.call(occupy))
+        blocker = asyncio.ensure_future(rig.spool.call(occupy))
         await asyncio.to_thread(busy.wait, 10)
-        for k in range(pipeline_mod.WRITES_BEHIND):
+        for k in range(WRITES_BEHIND):
             if k:
                 _write_lines(log, 10 * k, 10)
             assert p.read_round()
             await asyncio.wait_for(p.commit(wait=False), 2)    # handed over without waiting for the disk
-        assert p.committing and len(p._writes) == pipeline_mod.WRITES_BEHIND
+        assert p.committing and len(p.writer.writing()) == WRITES_BEHIND
         _write_lines(log, 100, 5)
         assert p.read_round()
         third = asyncio.ensure_future(p.commit(wait=False))
@@ -100,19 +101,19 @@ async def test_records_queue_behind_a_busy_spool_thread_in_read_order(tmp_path: 
             await asyncio.sleep(0)
         assert not third.done()             # beyond WRITES_BEHIND the reader waits
         # status still counts what is handed over but not written as not shipped
-        inc = next(iter(p.sources.values())).checkpoint.incarnation
-        assert p._shipped_offsets()[inc] == 0
+        (row,) = p.file_status()
+        assert row["offset"] == 0 and row["queued_offset"] == log.stat().st_size
         release.set()
         await blocker
         await asyncio.wait_for(third, 5)
         await p.commit()
         assert not p.committing
-        seqs = [m.seq for m, _ in p.outbox]
-        assert seqs == sorted(seqs) and len(seqs) == pipeline_mod.WRITES_BEHIND + 1
-        rig._collect()
-        expected = [f"line {i}" for k in range(pipeline_mod.WRITES_BEHIND) for i in range(10 * k, 10 * k + 10)]
+        seqs = sorted(p.outbox.pending)
+        assert len(seqs) == WRITES_BEHIND + 1 and seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+        await rig.collect()
+        expected = [f"line {i}" for k in range(WRITES_BEHIND) for i in range(10 * k, 10 * k + 10)]
         assert sorted(rig.messages()) == sorted(expected + [f"line {i}" for i in range(100, 105)])
-        cp = next(iter(p.spool.spool.checkpoints.values()))
+        (cp,) = await rig.checkpoints()
         assert cp.offset == log.stat().st_size
     finally:
         release.set()
@@ -124,18 +125,18 @@ async def test_a_failed_write_stops_the_records_behind_it(tmp_path: Path, monkey
     rig = Rig(tmp_path, [str(tmp_path / "*.log")])
     p = rig.p
     busy, release = threading.Event(), threading.Event()
-    real = pipeline_mod._group_and_commit
+    real = rig.spool.spool.commit
     calls: list[int] = []
 
     def failing_first(*args):  # type: ignore[no-untyped-def]
-        calls.append(len(args[1]))
+        calls.append(sum(n for _, n in args[0]))
         if len(calls) == 1:
             busy.set()
             release.wait(10)
             raise OSError(5, "Input/output error")
         return real(*args)
 
-    monkeypatch.setattr(pipeline_mod, "_group_and_commit", failing_first)
+    monkeypatch.setattr(rig.spool.spool, "commit", failing_first)
     try:
         _write_lines(log, 0, 10)
         await p.rescan()
@@ -150,8 +151,9 @@ async def test_a_failed_write_stops_the_records_behind_it(tmp_path: Path, monkey
         with pytest.raises(OSError):
             await p.commit()
         assert calls == [10]                # the second record never reached the spool
-        assert p.spool.spool.pending == {}
-        assert all(cp.offset == 0 for cp in p.spool.spool.checkpoints.values())
+        contents = await rig.spool.contents()
+        assert contents.pending == ()
+        assert all(cp.offset == 0 for cp in contents.checkpoints)
     finally:
         release.set()
         await rig.close()
@@ -164,8 +166,7 @@ async def test_caught_up_a_partial_record_leaves_at_most_once_per_flush_min_inte
     end of flush_min_interval after it (then go together), never for flush_interval."""
     log = tmp_path / "app.log"
     rig = Rig(tmp_path, [str(tmp_path / "*.log")])
-    rig.p.cfg = dataclasses.replace(rig.p.cfg, output=dataclasses.replace(
-        rig.p.cfg.output, flush_min_interval_s=interval_s))
+    rig.p.pipeline.limits = dataclasses.replace(rig.p.pipeline.limits, flush_min_interval_s=interval_s)
     p = rig.p
     try:
         _write_lines(log, 0, 1)
@@ -173,7 +174,7 @@ async def test_caught_up_a_partial_record_leaves_at_most_once_per_flush_min_inte
         await p.open_waiting()
         assert p.read_round() and p.should_commit()       # nothing left recently: at once
         await p.commit()
-        rig._collect()
+        await rig.collect()
         _write_lines(log, 1, 1)
         assert p.read_round()
         assert p.should_commit() is (interval_s == 0)     # a record left just now
@@ -184,7 +185,7 @@ async def test_caught_up_a_partial_record_leaves_at_most_once_per_flush_min_inte
         rig.clock.advance(interval_s / 2 + 1e-6)
         assert p.should_commit()                           # the interval is over: both lines go together
         await p.commit()
-        rig._collect()
+        await rig.collect()
         assert rig.messages() == ["line 0", "line 1", "line 2"]
         assert p.cfg.output.flush_interval_s > 10 * max(interval_s, 0.01)   # not the flush_interval timer
     finally:

@@ -13,7 +13,7 @@ from typing import AsyncIterator, Callable
 
 import pytest
 
-from shipper.pipeline import Candidate
+from shipper.tail.files import Candidate
 from tests.support.pipeline_rig import Rig
 from tests.support.rotate import gzip_file, rotate, rotate_compress, rotate_copytruncate, rotate_delaycompress, rotate_rename
 from tests.support.wait import async_wait_until
@@ -170,7 +170,7 @@ async def test_rename_rotation_reads_the_old_file_to_its_end(make_rig: RigFactor
     b = lines("b", 5)
     write(app, *b)                       # unread when the rename happens
     rotate_rename(app)
-    rig.p.check_sources()
+    await rig.p.check_sources()
     assert rig.p.bytes_at_risk() == sum(len(m) + 1 for m in b), "unread bytes no path names any more"
     late = lines("late", 3)
     write(tmp_path / "logs" / "app.log.1", *late)   # the app has not reopened yet
@@ -227,7 +227,7 @@ async def test_copytruncate_without_a_copy_reports_the_loss(make_rig: RigFactory
     await rig.step()
     write(app, *lines("lost", 10))
     await rig.p.rescan()
-    rig.p.check_sources()                # the harvester sees the size before the truncate
+    await rig.p.check_sources()                # the harvester sees the size before the truncate
     os.truncate(app, 0)
     write(app, "b")
     await rig.settle()
@@ -501,6 +501,35 @@ async def test_max_open_files_over_many_active_files(make_rig: RigFactory, tmp_p
     assert_once(rig, expected)
 
 
+async def test_max_open_files_is_exact_through_copytruncate_at_the_cap(make_rig: RigFactory, tmp_path: Path) -> None:
+    """The cap counts every log fd: the files read (all slots but one), the copy a truncation reads
+    its unread range from (a slot freed by parking an idle file first, or the copy waits for one),
+    and the short looks (the one slot kept for them). Every line still arrives exactly once."""
+    rig = make_rig(max_open_files=4)
+    logs = tmp_path / "logs"
+    files = [logs / f"c{i:02d}.log" for i in range(8)]
+    expected: list[str] = []
+    peak = 0
+    for r in range(3):
+        for f in files:
+            msg = f"{f.name} round {r} before"
+            write(f, msg)
+            expected.append(msg)
+        await rig.step()
+        peak = max(peak, rig.open_fds(logs))
+        for f in files[:4]:
+            rotate_copytruncate(f)                 # the unread rest lives in f.1 now
+            msg = f"{f.name} round {r} after"
+            write(f, msg)
+            expected.append(msg)
+            await rig.step()
+            peak = max(peak, rig.open_fds(logs), len(rig.p.sources))
+    await rig.settle()
+    peak = max(peak, rig.open_fds(logs))
+    assert peak <= 4
+    assert_once(rig, expected)
+
+
 # ---------------------------------------------------------------- checkpoint store hygiene
 
 async def test_checkpoints_of_removed_files_are_forgotten_after_the_grace(make_rig: RigFactory, tmp_path: Path) -> None:
@@ -516,11 +545,11 @@ async def test_checkpoints_of_removed_files_are_forgotten_after_the_grace(make_r
     for i in range(1, 5):
         (logs / f"gone{i}.log").unlink()
     await rig.settle(steps=3, advance_s=2.0)
-    assert len(rig.spool.spool.checkpoints) >= 6
+    assert len(await rig.checkpoints()) >= 6
     assert await rig.p.clean_checkpoints() == 0, "not before the grace period"
     rig.clock.advance_wall(11.0)
     assert await rig.p.clean_checkpoints() == 4
-    paths = {cp.path for cp in rig.spool.spool.checkpoints.values()}
+    paths = {cp.path for cp in await rig.checkpoints()}
     assert str(app) in paths and str(keep_gz) in paths
     assert not any(f"gone{i}.log" in p for p in paths for i in range(1, 5))
     await rig.restart()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from shipper.spool import decode_body
+from shipper.codec import decode_body
 from shipper.ship import bulk as bulkproto
 from tests.support.pipeline_rig import Rig
 
@@ -21,10 +21,8 @@ async def test_a_backlog_goes_in_full_records_without_small_split_bodies(tmp_pat
         for i in range(n):
             f.write(orjson.dumps({"level": 30, "time": 1_764_000_000_000 + i, "msg": f"line {i}",
                                  "pad": "x" * (i % 97)}) + b"\n")
-    rig = Rig(tmp_path, [str(log)])
-    rig.cfg = dataclasses.replace(rig.cfg, output=dataclasses.replace(rig.cfg.output, bulk_max_events=1000))
+    rig = Rig(tmp_path, [str(log)], output_bulk_max_events=1000)
     p = rig.p
-    p.cfg = rig.cfg
     try:
         await p.rescan()
         assert p.sources
@@ -34,15 +32,18 @@ async def test_a_backlog_goes_in_full_records_without_small_split_bodies(tmp_pat
             moved = p.read_round()
             if p.should_commit() or not moved:
                 await p.commit()
-            while p.outbox:
-                meta, body = p.outbox.popleft()
+            while len(p.outbox):
+                meta, body = p.outbox.take()
                 if body is None:
-                    body = rig.spool.spool.read(meta.seq)
+                    body = await rig.spool.read(meta.seq)
                 assert body is not None
                 pairs = bulkproto.split_pairs(decode_body(body, meta.gzipped))
                 sizes.append(len(pairs))
                 seen.update(orjson.loads(bulkproto.pair_parts(pr)[1])["time"] for pr in pairs)
-            if not moved and p.acc.empty():
+                await rig.spool.ack(meta.seq)
+                p.outbox.done()
+                p.outbox.acked(meta, meta.events)
+            if not moved and p.writer.draft.empty():
                 break
         assert len(seen) == n and sum(sizes) == n
         assert max(sizes) <= 1000

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import threading
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from shipper.commands import status as status_cmd
 from shipper.config import Config, ElasticsearchConfig, MetricsConfig
 from shipper.parse.document import DocBuilder
 from shipper.config import InputConfig
-from shipper.spool import decode_body
+from shipper.codec import decode_body
 from shipper.ship import bulk as bulkproto
 from tests.support.pipeline_rig import Rig, make_config
 
@@ -84,8 +85,8 @@ async def test_commit_cancelled_while_the_spool_thread_is_busy_keeps_its_lines(t
         await p.rescan()
         await p.open_waiting()
         assert p.read_round()
-        assert p.acc.events == 10
-        blocker = asyncio.ensure_future(p.spool.call(occupy))
+        assert p.writer.draft.events == 10
+        blocker = asyncio.ensure_future(rig.spool.call(occupy))
         await asyncio.to_thread(busy.wait, 10)
         committing = asyncio.ensure_future(p.commit())
         for _ in range(5):
@@ -96,7 +97,7 @@ async def test_commit_cancelled_while_the_spool_thread_is_busy_keeps_its_lines(t
         release.set()
         await blocker
         await p.commit()          # the next commit waits for the one in progress
-        rig._collect()
+        await rig.collect()
         assert sorted(rig.messages()) == sorted(f"line {i}" for i in range(10))
     finally:
         release.set()
@@ -109,37 +110,28 @@ async def test_senders_stay_until_the_final_commit_is_queued(tmp_path: Path, es)
     shutdown_timeout with nobody to send it."""
     log = tmp_path / "app.log"
     log.write_bytes(b'{"seq":1}\n{"seq":2}')          # the last line has no newline yet
-    cfg = make_config(tmp_path, [str(tmp_path / "*.log")])
-    import dataclasses
-    cfg = dataclasses.replace(cfg, output=dataclasses.replace(cfg.output, hosts=(es.url,), max_in_flight=1,
-                                                              index="review"))
-    rig = Rig.__new__(Rig)
-    Rig.__init__(rig, tmp_path, [str(tmp_path / "*.log")])
-    await rig.p.client.close()
-    from shipper.pipeline import Pipeline
-    rig.cfg = cfg
-    rig.p = p = Pipeline(cfg, rig.spool, rig.events, rig.clock, host_name="rig")
-    sender = asyncio.create_task(p.sender())
+    cfg = make_config(tmp_path, [str(tmp_path / "*.log")], output_hosts=(es.url,), output_max_in_flight=1,
+                      output_index="review")
+    from shipper.clock import SystemClock
+    from shipper.events import Events
+    from shipper.service import build_pipeline
+    from shipper.spool import AsyncSpool, Spool
+    spool = AsyncSpool(Spool(cfg.state_dir))
+    p, _files = await build_pipeline(cfg, spool, Events(), SystemClock(), host_name="rig")
     try:
-        await p.rescan()
-        await p.open_waiting()
-        p.read_round()
-        await p.commit()
-        assert await p.drain(10.0)
-        os.unlink(log)
-        p.check_sources()
-        p.stopping = True
-        p.outbox_ready.set()          # the sender looks now: nothing queued, nothing held
-        for _ in range(10):
-            await asyncio.sleep(0)
-        await p.stop_reading()        # the deleted file's last line is flushed and committed
-        assert await p.drain(10.0), "nobody sent the final record"
+        await p.start()
+        deadline = time.monotonic() + 10
+        while p.snapshot().shipped_total < 1:
+            assert time.monotonic() < deadline, "the first line was not delivered"
+            await asyncio.sleep(0.02)
+        os.unlink(log)                # deleted with its last line still without a newline
+        assert await p.stop(10.0), "nobody sent the final record"
         es.refresh()
         es.assert_exactly_once([1, 2], index="review")
     finally:
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
-        await rig.close()
+        await p.stop(0.0)
+        await p.sender.client.close()
+        await spool.close()
 
 
 async def test_reload_builds_the_new_pipeline_after_the_spool_thread_settled(tmp_path: Path) -> None:
@@ -172,17 +164,17 @@ async def test_reload_builds_the_new_pipeline_after_the_spool_thread_settled(tmp
         ack = asyncio.ensure_future(aspool.call(slow_ack))
         old = svc.pipeline
         assert old is not None
-        real_close = old.client.close
+        real_close = old.sender.client.close
 
         async def close_then_release() -> None:
             await real_close()
             closed.set()                # the old pipeline is stopped: reload builds the new one now
 
-        old.client.close = close_then_release  # type: ignore[method-assign]
+        old.sender.client.close = close_then_release  # type: ignore[method-assign]
         await svc.reload()
         assert svc.pipeline is not old
-        assert seq not in [m.seq for m, _ in svc.pipeline.outbox]
-        assert svc.pipeline.queue_events == 0
+        assert seq not in svc.pipeline.outbox.pending
+        assert svc.pipeline.snapshot().queue_events == 0
         await ack
     finally:
         svc.stop_event.set()

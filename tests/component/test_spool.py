@@ -22,7 +22,8 @@ import orjson
 import pytest
 
 from shipper.model import Checkpoint, DeadLetter
-from shipper.spool import AsyncSpool, Spool, decode_body
+from shipper.codec import decode_body
+from shipper.spool import AsyncSpool, Spool
 from tests.support.daemon import REPO_ROOT
 from tests.support.wait import wait_until
 

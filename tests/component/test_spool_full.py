@@ -13,7 +13,9 @@ import pytest
 from shipper.config import Config
 from shipper.errors import SpoolFullError
 from shipper.model import Checkpoint, DeadLetter
-from shipper.pipeline import Pipeline
+from shipper.ship import batching
+from shipper.ship.outbox import Outbox
+from shipper.spool.writer import DiskWait, RecordWriter
 from shipper.spool import AsyncSpool, Spool
 from tests.support.pipeline_rig import FakeClock, RecordingEvents
 
@@ -69,23 +71,24 @@ async def test_the_pipeline_waits_out_a_full_disk_logging_once(tmp_path: Path) -
     aspool = AsyncSpool(spool)
     clock = FakeClock()
     events = RecordingEvents()
-    p = Pipeline(Config(state_dir=str(tmp_path)), aspool, events, clock)
+    disk = DiskWait(events, clock)
+    outbox = Outbox(1 << 30, 1, events)
     try:
         [(meta, _)] = await aspool.call(spool.commit, [(b"x" * 100, 1)], {}, [], False)
-        p.queue_events, p.queue_bytes = meta.events, meta.stored_bytes
+        outbox.restore([meta])
         await aspool.call(_fill, spool, 0)
         dead = [DeadLetter("logs", "r", 400, os.urandom(200_000).hex().encode(), 0.0, "id")]
-        ack = asyncio.create_task(p._ack(meta, dead))
+        ack = asyncio.create_task(disk.run(lambda: aspool.ack(meta.seq, dead)))
         while len(clock.slept) < 5:
             await asyncio.sleep(0.01)
         assert not ack.done()
         assert [n for n, _ in events.seen].count("spool_error") == 1
         await aspool.call(_unfill, spool)
-        await asyncio.wait_for(ack, 10)
-        assert p.queue_events == 0 and spool.dead_letters == 1
+        assert await asyncio.wait_for(ack, 10) == 1          # the dead-letter count the spool answers
+        outbox.acked(meta, 0)
+        assert outbox.queue_events == 0 and spool.dead_letters == 1
         assert ("info", ("spool writable again",)) in [(n, a[:1]) for n, a in events.seen]
     finally:
-        await p.client.close()
         await aspool.close()
 
 
@@ -96,18 +99,22 @@ async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path
     aspool = AsyncSpool(spool)
     clock = FakeClock()
     events = RecordingEvents()
-    p = Pipeline(Config(state_dir=str(tmp_path), shutdown_timeout_s=5.0), aspool, events, clock)
+    disk = DiskWait(events, clock)
+    outbox = Outbox(1 << 30, 1, events)
+    writer = RecordWriter(aspool, batching.group, outbox.add, disk, clock, max_events=2000, max_bytes=5 << 20,
+                          gzip=False, wake=asyncio.Event())
     try:
-        p.acc.parts.append(b'{"create":{"_index":"x","_id":"i-0"}}\n' + b'{"m":"' + os.urandom(100_000).hex().encode() + b'"}\n')
-        p.acc.events, p.acc.nbytes = 1, len(p.acc.parts[0])
-        p.acc.checkpoints["inc1"] = _cp(100)
-        p.acc.covers["inc1"] = [0, 100]
+        d = writer.draft
+        d.parts.append(b'{"create":{"_index":"x","_id":"i-0"}}\n' + b'{"m":"' + os.urandom(100_000).hex().encode() + b'"}\n')
+        d.events, d.nbytes = 1, len(d.parts[0])
+        d.checkpoints["inc1"] = _cp(100)
+        d.covers["inc1"] = [0, 100]
         await aspool.call(_fill, spool, 0)
-        await asyncio.wait_for(p.stop_reading(), 10)     # the fake clock advances 1 s per retry
-        assert p.reading_done
+        disk.give_up_at = clock.monotonic() + 5.0            # what stopping sets: shutdown_timeout
+        with pytest.raises(SpoolFullError):
+            await asyncio.wait_for(writer.commit(), 10)      # the fake clock advances 1 s per retry
         assert 4.0 <= sum(clock.slept) <= 7.0
         assert "inc1" not in spool.checkpoints and not spool.pending
     finally:
         await aspool.call(_unfill, spool)
-        await p.client.close()
         await aspool.close()

@@ -1,82 +1,112 @@
-"""The reading side of a real `Pipeline`, driven in-process on real files with a fake clock.
+"""A real pipeline's reading side, stepped in-process on real files under the fake clock.
 
 No Elasticsearch: each `step()` rescans (optionally), reads until nothing moves, checks the open
-files for rotation, commits to a real spool in tmp, and takes the committed documents out of the
-outbox as if they were acked. `docs` maps `_id` -> source; `ids_by_line` lets a test check every
-written line exactly once. `restart()` builds a new Pipeline on the same spool (a daemon restart).
+files for rotation, commits drafts to a real spool in tmp, and takes the batches out of the
+outbox as if they were acked (through the outbox's and the spool's public API). `docs` maps
+`_id` -> source; `restart()` builds a new pipeline on the same spool (a daemon restart).
+The reader loop itself runs under the same clock in tests/component/test_reader_loop.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from pathlib import Path
 from typing import Any, Iterable
 
 import orjson
 
+from shipper.codec import decode_body
 from shipper.config import Config, ElasticsearchConfig, InputConfig
-from shipper.events import Events
+from shipper.model import FileStatus
 from shipper.pipeline import Pipeline
+from shipper.service import assemble
 from shipper.ship import bulk as bulkproto
-from shipper.spool import AsyncSpool, Spool, decode_body
+from shipper.sources.files import FileSource
+from shipper.spool import AsyncSpool, Spool
+from tests.support.fake_clock import FakeClock, RecordingEvents
 
-
-class FakeClock:
-    """Monotonic time moves only when told. Wall time is the real clock plus what `advance_wall`
-    added: the pipeline compares checkpoint times with file mtimes, which the kernel sets."""
-
-    def __init__(self) -> None:
-        self.mono = 1_000.0
-        self.wall_offset = 0.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def time(self) -> float:
-        return time.time() + self.wall_offset
-
-    def advance(self, s: float) -> None:
-        self.mono += s
-
-    def advance_wall(self, s: float) -> None:
-        self.wall_offset += s
-
-    async def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.advance(s)
-        await asyncio.sleep(0)
-
-
-class RecordingEvents(Events):
-    """Every occurrence, in order: `seen` is a list of (method name, args)."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, tuple[Any, ...]]] = []
-        for name in dir(Events):
-            if not name.startswith("_"):
-                setattr(self, name, self._recorder(name))
-
-    def _recorder(self, name: str) -> Any:
-        def record(*args: Any, **kw: Any) -> None:
-            self.seen.append((name, args + tuple(kw.values())))
-        return record
-
-    def of(self, name: str) -> list[tuple[Any, ...]]:
-        return [a for n, a in self.seen if n == name]
+__all__ = ["FakeClock", "RecordingEvents", "Rig", "make_config"]
 
 
 def make_config(tmp_path: Path, paths: Iterable[str], **kw: Any) -> Config:
+    """A config for these paths; `input_X=` and `output_X=` set the input's and the output's keys."""
     inp = {k[len("input_"):]: v for k, v in kw.items() if k.startswith("input_")}
-    top = {k: v for k, v in kw.items() if not k.startswith("input_")}
+    out: dict[str, Any] = {"hosts": ("http://127.0.0.1:9",), "compression": "none"}
+    out.update({k[len("output_"):]: v for k, v in kw.items() if k.startswith("output_")})
+    top = {k: v for k, v in kw.items() if not k.startswith(("input_", "output_"))}
     return Config(
         state_dir=str(tmp_path / "state"),
         inputs=(InputConfig(paths=tuple(paths), **inp),),
-        output=ElasticsearchConfig(hosts=("http://127.0.0.1:9",), compression="none"),
+        output=ElasticsearchConfig(**out),
         **top,
     )
+
+
+class Stepped:
+    """The pipeline and its file source, stepped by hand: the calls its reader loop makes."""
+
+    def __init__(self, pipeline: Pipeline, files: FileSource) -> None:
+        self.pipeline = pipeline
+        self.files = files
+        self.cfg = pipeline.cfg
+        self.writer = pipeline.writer
+        self.outbox = pipeline.outbox
+        self.client = pipeline.sender.client
+
+    @property
+    def sources(self) -> dict[tuple[int, int], Any]:
+        return self.files.files.open
+
+    @property
+    def waiting(self) -> dict[tuple[int, int], Any]:
+        return self.files.files.waiting
+
+    async def rescan(self) -> None:
+        await self.files.rescan()
+
+    async def open_waiting(self) -> None:
+        await self.files.open_waiting()
+
+    def read_round(self) -> bool:
+        c = self.pipeline.clock
+        p = self.files.read_round(self.pipeline.room, c.time(), c.monotonic())
+        self.pipeline.backlog = p.backlog
+        return p.read
+
+    def flush_multiline(self) -> None:
+        self.files.flush_due(self.pipeline.clock.monotonic())
+
+    async def check_sources(self) -> None:
+        await self.files.check(self.pipeline.clock.monotonic())
+
+    async def commit(self, wait: bool = True) -> None:
+        await self.writer.commit(wait)
+
+    def should_commit(self) -> bool:
+        return self.pipeline.should_commit()
+
+    @property
+    def committing(self) -> bool:
+        return self.writer.committing
+
+    def file_status(self) -> list[dict[str, Any]]:
+        return [f.to_dict() for f in self.status()]
+
+    def status(self) -> list[FileStatus]:
+        return list(self.pipeline.snapshot().files)
+
+    def bytes_at_risk(self) -> int:
+        return self.files.bytes_at_risk()
+
+    async def clean_checkpoints(self) -> int:
+        return await self.files.clean_checkpoints()
+
+    async def stop_reading(self) -> None:
+        await self.files.stop()
+        await self.writer.commit()
+
+    def close_files(self) -> None:
+        self.files.close()
 
 
 class Rig:
@@ -85,9 +115,22 @@ class Rig:
         self.clock = FakeClock()
         self.events = RecordingEvents()
         self.spool = AsyncSpool(Spool(self.cfg.state_dir))
-        self.p = Pipeline(self.cfg, self.spool, self.events, self.clock, host_name="rig")
+        self._p: Stepped | None = None
+        self.build()
         self.docs: dict[str, dict[str, Any]] = {}
         self.dup_ids: list[str] = []
+
+    def build(self) -> Stepped:
+        """A new pipeline over what the spool holds (read directly: no spool call is pending here)."""
+        p, files = assemble(self.cfg, self.spool, self.spool.spool.contents(), self.events, self.clock, host_name="rig")
+        assert isinstance(files, FileSource)
+        self._p = Stepped(p, files)
+        return self._p
+
+    @property
+    def p(self) -> Stepped:
+        assert self._p is not None
+        return self._p
 
     async def step(self, *, scan: bool = True, advance_s: float = 0.0, rounds: int = 50) -> None:
         """Rescan (optionally), then read/check/commit until nothing moves; collect the documents."""
@@ -97,17 +140,16 @@ class Rig:
         if scan:
             await p.rescan()
         for _ in range(rounds):
-            if scan and p._rescan_soon:
-                p._rescan_soon = False       # the reader loop rescans soon after; so does a step
+            if scan and p.files.wants_rescan:
                 await p.rescan()
             await p.open_waiting()
             moved = p.read_round()
             p.flush_multiline()
-            p.check_sources()
+            await p.check_sources()
             moved = p.read_round() or moved
             await p.commit()
-            self._collect()
-            if not moved and not p.waiting and not (scan and p._rescan_soon):
+            await self.collect()
+            if not moved and not p.waiting and not (scan and p.files.wants_rescan):
                 break
 
     async def settle(self, steps: int = 3, advance_s: float = 2.0) -> None:
@@ -115,12 +157,12 @@ class Rig:
         for _ in range(steps):
             await self.step(advance_s=advance_s)
 
-    def _collect(self) -> None:
-        p = self.p
-        while p.outbox:
-            meta, body = p.outbox.popleft()
+    async def collect(self) -> None:
+        ob = self.p.outbox
+        while len(ob):
+            meta, body = ob.take()
             if body is None:
-                body = self.spool.spool.read(meta.seq)
+                body = await self.spool.read(meta.seq)
             assert body is not None
             for pair in bulkproto.split_pairs(decode_body(body, meta.gzipped)):
                 m, src = bulkproto.pair_parts(pair)
@@ -128,8 +170,9 @@ class Rig:
                 if doc_id in self.docs:
                     self.dup_ids.append(doc_id)
                 self.docs[doc_id] = orjson.loads(src)
-            self.spool.spool.ack(meta.seq)
-        p.cached_bytes = 0
+            await self.spool.ack(meta.seq)
+            ob.done()
+            ob.acked(meta, meta.events)
 
     def messages(self) -> list[str]:
         return [str(d.get("message", d.get("msg", ""))) for d in self.docs.values()]
@@ -137,17 +180,22 @@ class Rig:
     def count(self, message: str) -> int:
         return sum(1 for m in self.messages() if m == message)
 
+    async def checkpoints(self) -> list[Any]:
+        return list((await self.spool.contents()).checkpoints)
+
     async def restart(self) -> None:
-        """Stop reading (final commit), close the files, and start a new Pipeline on the same spool."""
+        """Stop reading (final commit), close the files, and start a new pipeline on the same spool."""
         await self.p.stop_reading()
-        self._collect()
+        await self.collect()
         self.p.close_files()
         await self.p.client.close()
-        self.p = Pipeline(self.cfg, self.spool, self.events, self.clock, host_name="rig")
+        await self.spool.flush()
+        self.build()
 
     async def close(self) -> None:
-        self.p.close_files()
-        await self.p.client.close()
+        if self._p is not None:
+            self._p.close_files()
+            await self._p.client.close()
         await self.spool.close()
 
     def open_fds(self, under: str | os.PathLike[str]) -> int:

@@ -275,6 +275,9 @@ def test_unset_env_names_the_variable_the_key_and_the_line() -> None:
     ("inputs:\n  - paths: ['/x/*.log']\n    start_at: middle\n", "inputs[0].start_at", 3, "beginning, end"),
     ("inputs:\n  - paths: ['/x/*.log']\n    timezone: Mars/Olympus\n", "inputs[0].timezone", 3, "time zone"),
     ("inputs:\n  - paths: ['/x/*.log']\n    max_line_bytes: 4\n", "inputs[0].max_line_bytes", 3, "at least"),
+    # bounded: a longer line could not be indexed, and the C scan's counters stay far from 2**31
+    ("inputs:\n  - paths: ['/x/*.log']\n    max_line_bytes: 3GiB\n", "inputs[0].max_line_bytes", 3, "at most 67108864 bytes (64MiB"),
+    ("inputs:\n  - paths: ['/x/*.log']\n    max_line_bytes: 67108865\n", "inputs[0].max_line_bytes", 3, "Elasticsearch refuses"),
     ("inputs:\n  - paths: 5\n", "inputs[0].paths", 2, "list of strings"),
     ("inputs:\n  paths: ['/x']\n", "inputs", 1, "list"),
     ("inputs:\n  - paths: ['/x/*.log']\n    fields: [a, b]\n", "inputs[0].fields", 3, "mapping"),
@@ -301,6 +304,11 @@ def test_errors_name_the_key_and_line(text: str, key: str, line: int | None, wor
     assert words in err.message, str(err)
     assert err.file == "/etc/shipper/shipper.yaml"
     assert key in str(err) and (line is None or f"line {line}" in str(err))
+
+
+def test_max_line_bytes_may_be_64MiB_exactly() -> None:
+    cfg = load("state_dir: /tmp/s\ninputs:\n  - paths: ['/x/*.log']\n    max_line_bytes: 64MiB\n")
+    assert cfg.inputs[0].max_line_bytes == 64 * 1024 * 1024
 
 
 def test_yaml_syntax_error_has_a_line() -> None:

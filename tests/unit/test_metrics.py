@@ -13,14 +13,14 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from shipper.config import load_config_text
-from shipper.metrics import (BACKLOG_MIN_BYTES, HELP, Metrics, Monitor, RateTracker, TelemetryEvents, eta_s,
-                             render_prometheus)
+from shipper.model import FileStatus
+from shipper.metrics import HELP, Metrics, TelemetryEvents, render_prometheus
+from shipper.monitor import BACKLOG_MIN_BYTES, Monitor, RateTracker, eta_s
 from tests.support.daemon import metric_key, parse_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,23 +135,22 @@ def test_health_down_after_config_key() -> None:
 
 @dataclass
 class Observed:
-    """What the Monitor reads of a running Pipeline (its public status surface), as plain data."""
+    """What the Monitor reads of a running Pipeline (`Pipeline.snapshot()`: a PipelineStatus), as
+    plain data a test changes between samples."""
 
-    files: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     queue_events: int = 0
     queue_bytes: int = 0
     output_up: bool = True
     last_error: str | None = None
-    at_risk: int = 0
+    bytes_at_risk: int = 0
+    dead_letters: int = 0
+    hosts: tuple[str, ...] = ("http://127.0.0.1:9200",)
     events: TelemetryEvents = field(default_factory=lambda: TelemetryEvents(Metrics()))
-    spool: Any = field(default_factory=lambda: SimpleNamespace(spool=SimpleNamespace(dead_letters=0)))
-    client: Any = field(default_factory=lambda: SimpleNamespace(hosts=[SimpleNamespace(label="http://127.0.0.1:9200")]))
 
-    def file_status(self) -> list[dict[str, Any]]:
-        return [dict(f) for f in self.files]
-
-    def bytes_at_risk(self) -> int:
-        return self.at_risk
+    @property
+    def files(self) -> tuple[FileStatus, ...]:
+        return tuple(FileStatus(**r) for r in self.rows)
 
     def set_output(self, up: bool, error: str | None) -> None:
         """What the sending side does: its own state, and the occurrence for telemetry."""

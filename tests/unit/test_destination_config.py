@@ -1,0 +1,128 @@
+"""Destination settings: Elastic Cloud ids, API keys in both forms, data streams, index_template,
+and the data-stream action line on both build paths (C and Python)."""
+
+from __future__ import annotations
+
+import base64
+
+import orjson
+import pytest
+
+from shipper.config import DataStreamConfig, decode_cloud_id, load_config_text
+from shipper.errors import ConfigError
+from shipper.parse import document
+from shipper.parse.document import DocBuilder
+from shipper.ship.client import api_key_header
+from tests.support.native import c_function
+
+# The example id of Elastic's own documentation (deployment "staging"):
+DOC_ID = ("staging:dXMtZWFzdC0xLmF3cy5mb3VuZC5pbyRjZWM2ZjI2MWE3NGJmMjRjZTMzYmI4ODExYjg0Mjk0ZiRjNmMyY2E2ZDA0MjI0OWFmMGN"
+          "jN2Q3YTllOTYyNTc0Mw==")
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize("cloud_id, url", [
+    (DOC_ID, "https://cec6f261a74bf24ce33bb8811b84294f.us-east-1.aws.found.io:443"),
+    # a port on the host part: Azure and GCP deployments (Kibana's docs show this form)
+    ("my-deployment:" + _b64("eastus2.azure.elastic-cloud.com:9243$59ef636c6917463db140321484d63cfa"
+                             "$a8b109c08adc43279ef48f29af1a3911"),
+     "https://59ef636c6917463db140321484d63cfa.eastus2.azure.elastic-cloud.com:9243"),
+    # a port on the Elasticsearch part wins over the host's
+    ("x:" + _b64("europe-west1.gcp.cloud.es.io:443$0123456789abcdef0123456789abcdef:9243$kb"),
+     "https://0123456789abcdef0123456789abcdef.europe-west1.gcp.cloud.es.io:9243"),
+    # no label; no Kibana part; base64 without its padding
+    (_b64("us-central1.gcp.cloud.es.io$aaaabbbbccccdddd").rstrip("="),
+     "https://aaaabbbbccccdddd.us-central1.gcp.cloud.es.io:443"),
+    # a label with a colon in it: everything before the last `:` is the label
+    ("prod:eu:" + _b64("eu-west-1.aws.found.io$abc$def"), "https://abc.eu-west-1.aws.found.io:443"),
+])
+def test_cloud_id_decodes_to_the_https_host(cloud_id: str, url: str) -> None:
+    assert decode_cloud_id(cloud_id) == url
+    c = load_config_text(f"output:\n  elasticsearch:\n    cloud_id: '{cloud_id}'\n")
+    assert c.output.hosts == (url,) and c.output.cloud_id == cloud_id
+
+
+@pytest.mark.parametrize("cloud_id, words", [
+    ("staging:not base64!", "not a cloud id"),
+    ("x:" + _b64("only-a-host"), "host$elasticsearch_id"),
+    ("x:" + _b64("host.example:99999$abc$def"), "invalid port"),
+    ("x:" + _b64("bad host$abc$def"), "invalid host"),
+])
+def test_bad_cloud_ids_name_the_key(cloud_id: str, words: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config_text(f"output:\n  elasticsearch:\n    cloud_id: '{cloud_id}'\n")
+    assert e.value.key == "output.elasticsearch.cloud_id" and words in e.value.message and e.value.line == 3
+
+
+def test_cloud_id_with_hosts_is_refused() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config_text(f"output:\n  elasticsearch:\n    cloud_id: '{DOC_ID}'\n    hosts: ['https://x:9200']\n")
+    assert e.value.key == "output.elasticsearch.cloud_id" and "not both" in e.value.message
+
+
+def test_api_key_both_forms_give_the_same_header() -> None:
+    key_id, key = "VuaCfGcBCdbkQm-e5aOx", "ui2lp2axTNmsyakw9tvNnw"
+    encoded = base64.b64encode(f"{key_id}:{key}".encode()).decode()
+    assert api_key_header(f"{key_id}:{key}") == f"ApiKey {encoded}"       # id:api_key, from the create answer
+    assert api_key_header(encoded) == f"ApiKey {encoded}"                 # the `encoded` form, as it is
+    assert api_key_header(f"ApiKey {encoded}") == f"ApiKey {encoded}"     # pasted with its scheme
+    assert api_key_header(f"  {encoded}\n") == f"ApiKey {encoded}"
+
+
+def test_data_stream_config() -> None:
+    c = load_config_text("output:\n  elasticsearch:\n    data_stream: {dataset: myapp}\n")
+    assert c.output.data_stream == DataStreamConfig("logs", "myapp", "default")
+    assert c.output.index == "logs-myapp-default"
+    c = load_config_text("output:\n  elasticsearch:\n"
+                         "    data_stream: {type: logs, dataset: nginx.access, namespace: prod}\n")
+    assert c.output.index == "logs-nginx.access-prod"
+    assert load_config_text("output:\n  elasticsearch:\n    data_stream: {}\n").output.index == "logs-generic-default"
+
+
+ES_ = "output:\n  elasticsearch:\n"
+
+
+@pytest.mark.parametrize("yaml_text, key, words", [
+    (ES_ + "    data_stream: {dataset: my-app}\n", "output.elasticsearch.data_stream.dataset", "no `-`"),
+    (ES_ + "    data_stream: {namespace: Prod}\n", "output.elasticsearch.data_stream.namespace", "lower-case"),
+    (ES_ + "    data_stream: {dataset: x, ilm: y}\n", "output.elasticsearch.data_stream.ilm", "unknown key"),
+    (ES_ + "    index: 'x-%Y'\n    data_stream: {dataset: x}\n", "output.elasticsearch.index", "not both"),
+    ("inputs: [{paths: ['/a.log'], index: 'logs-a-%Y.%m.%d'}]\noutput:\n  elasticsearch:\n    data_stream: {}\n",
+     "inputs[0].index", "no strftime"),
+    ("output:\n  elasticsearch:\n    index_template: sometimes\n", "output.elasticsearch.index_template", "auto, off"),
+])
+def test_destination_config_errors(yaml_text: str, key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config_text(yaml_text)
+    assert e.value.key == key and words in e.value.message, e.value
+
+
+def test_index_template_modes() -> None:
+    assert load_config_text("").output.index_template == "auto"
+    assert load_config_text("output:\n  elasticsearch:\n    index_template: off\n").output.index_template == "off"
+    assert load_config_text("output:\n  elasticsearch:\n    index_template: 'off'\n").output.index_template == "off"
+    assert load_config_text("output:\n  elasticsearch:\n    index_template: auto\n").output.index_template == "auto"
+
+
+@pytest.fixture(params=["native", "python"])
+def build_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(document, "native_splice", c_function("splice") if request.param == "native" else None)
+    return str(request.param)
+
+
+def test_data_stream_action_lines_on_both_paths(build_path: str) -> None:
+    c = load_config_text("inputs: [{paths: ['/a.log']}]\n" + ES_ + "    data_stream: {dataset: myapp}\n")
+    b = DocBuilder(c.inputs[0], c.output.index, "h")
+    assert (b._native is not None) == (build_path == "native")       # the fast case stays fast
+    lines = [b'{"level":30,"time":1790000000123,"msg":"pino","seq":1}', b"plain text", b'{"msg":"no time"}']
+    events = [(i * 100, i * 100 + len(ln) + 1, ln, 0) for i, ln in enumerate(lines)]
+    out: list[bytes] = []
+    b.build("inc", "/a.log", events, 1_790_000_000.0, out)
+    assert len(out) == 3
+    for i, pair in enumerate(out):
+        action, source = pair.rstrip(b"\n").split(b"\n")
+        assert orjson.loads(action) == {"create": {"_index": "logs-myapp-default", "_id": f"inc-{i * 100}"}}
+        assert "@timestamp" in orjson.loads(source)                    # a data stream requires it
