@@ -69,7 +69,10 @@ class JournaldSource:
         self.reader = JournalReader(self.rcfg, position=checkpoint.cursor, clock=clock, events=events)
         self._buf: deque[JournalEntry] = deque()
         self._buf_bytes = 0
+        self.max_buffer_entries = MAX_BUFFER_ENTRIES
+        self.max_buffer_bytes = MAX_BUFFER_BYTES
         self._space = asyncio.Event()
+        self.is_reading_paused = False           # the buffer is full: the child's pipe fills, journalctl waits
         self._wake: asyncio.Event | None = None
         self._pump: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -268,9 +271,11 @@ class JournaldSource:
     async def _read_child(self) -> None:
         """The background reader: the child's entries into the buffer until it is full."""
         while True:
-            while len(self._buf) >= MAX_BUFFER_ENTRIES or self._buf_bytes >= MAX_BUFFER_BYTES:
+            while len(self._buf) >= self.max_buffer_entries or self._buf_bytes >= self.max_buffer_bytes:
                 self._space.clear()
+                self.is_reading_paused = True
                 await self._space.wait()
+            self.is_reading_paused = False
             batch = await self.reader.read()
             if not batch:
                 return

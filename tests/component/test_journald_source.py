@@ -123,6 +123,26 @@ async def test_the_room_bounds_a_read_round(tmp_path: Path) -> None:
         await src.stop()
 
 
+async def test_a_full_buffer_stops_reading_the_child_until_entries_are_taken(tmp_path: Path) -> None:
+    j = Journal(tmp_path / "j")
+    j.append(*[f"m{i}" for i in range(2000)])
+    src, w = make(j)
+    src.max_buffer_entries = 100
+    wake = asyncio.Event()
+    await src.start(wake)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not src.is_reading_paused:
+            assert time.monotonic() < deadline, "timed out waiting for the reader to pause"
+            await asyncio.sleep(0.01)
+        # at most one read of the child's output beyond the bound (a 256 KiB chunk of short entries)
+        assert 100 <= src.buffered <= 100 + 1500 and src.read_total == 0
+        await read_until(src, w, wake, 2000)                   # taking makes room: it reads on
+        assert ids(w.draft)[-1].endswith("-2000") and w.draft.events == 2000
+    finally:
+        await src.stop()
+
+
 async def test_a_held_multiline_group_keeps_the_position_before_it(tmp_path: Path) -> None:
     j = Journal(tmp_path / "j")
     j.append("start A", "  continued", "start B", "  B goes on")
