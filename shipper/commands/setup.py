@@ -37,6 +37,7 @@ InitSystem = Literal["systemd", "upstart", "none"]
 SERVICE_NAME = "shipper"
 SERVICE_USER = "shipper"
 LOG_READER_GROUP = "adm"  # owns most of /var/log on Debian and Ubuntu
+JOURNAL_READER_GROUP = "systemd-journal"  # may read the whole system journal (journald inputs)
 DEFAULT_STATE_DIR = "/var/lib/shipper"
 DEFAULT_EXECUTABLE = "/usr/local/bin/shipper"
 DEFAULT_GLOBS = ("/var/log/**/*.log",)
@@ -57,6 +58,8 @@ _SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+:,=-]*$")
 # An Elasticsearch index name that strftime leaves alone (a Logsene token is a lowercase UUID).
 _TOKEN_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,254}$")
 _GLOB_CHARS = set("*?[")
+# A systemd unit name (systemd.unit(5)): letters, digits, ":-_.\\" and "@" for templates
+_UNIT_RE = re.compile(r"^[A-Za-z0-9:_.@\\-]{1,255}$")
 # The unit's sandbox hides these trees; inputs or state there need a looser setting.
 _HOME_TREES = ("/home/", "/root/", "/run/user/")
 _TMP_TREES = ("/tmp/", "/var/tmp/")
@@ -81,16 +84,22 @@ def _yaml_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def render_config(token: str, globs: Sequence[str], receiver: str, state_dir: str) -> str:
-    """The YAML that shipper-setup writes. No timestamp, so a re-run renders the same bytes."""
+def render_config(token: str, globs: Sequence[str], receiver: str, state_dir: str,
+                  journald_units: Sequence[str] | None = None) -> str:
+    """The YAML that shipper-setup writes. No timestamp, so a re-run renders the same bytes.
+    `journald_units`: also a journald input (the system journal) for these units ([]: all)."""
+    inputs: list[str] = []
+    if globs:
+        inputs += ["  - paths:", *(f"      - {_yaml_str(g)}" for g in globs), "    exclude: ['*.gz']"]
+    if journald_units is not None:
+        units = ", ".join(_yaml_str(u) for u in journald_units)
+        inputs += ["  - journald:", f"      units: [{units}]"]
     lines = [
         "# Written by shipper-setup. The example config shipped with shipper (config/shipper.yaml)",
         "# describes every key. To replace this file, run shipper-setup again with --force.",
         f"state_dir: {_yaml_str(state_dir)}",
         "inputs:",
-        "  - paths:",
-        *(f"      - {_yaml_str(g)}" for g in globs),
-        "    exclude: ['*.gz']",
+        *inputs,
         "output:",
         "  elasticsearch:",
         f"    hosts: [{_yaml_str(receiver)}]",
@@ -106,13 +115,15 @@ def _under(path: str, trees: tuple[str, ...]) -> bool:
 
 
 def render_systemd_unit(executable: str, config_path: str, state_dir: str,
-                        globs: Sequence[str] = DEFAULT_GLOBS) -> str:
+                        globs: Sequence[str] = DEFAULT_GLOBS, is_journald: bool = False) -> str:
     """The unit file. systemd/shipper.service in the repo is this with the defaults.
 
     ProtectHome and PrivateTmp would hide inputs under /home or /tmp without any error, so they
-    are loosened when a glob (or the state dir) lives there.
+    are loosened when a glob (or the state dir) lives there. `is_journald`: the config reads the
+    system journal, so the service also gets the group that may read all of it.
     """
     paths = [*globs, state_dir]
+    groups = f"{LOG_READER_GROUP} {JOURNAL_READER_GROUP}" if is_journald else LOG_READER_GROUP
     protect_home = "read-only" if any(_under(p, _HOME_TREES) for p in paths) else "true"
     private_tmp = "false" if any(_under(p, _TMP_TREES) for p in paths) else "true"
     return f"""\
@@ -141,7 +152,7 @@ TimeoutStopSec=30
 KillMode=mixed
 User={SERVICE_USER}
 Group={SERVICE_USER}
-SupplementaryGroups={LOG_READER_GROUP}
+SupplementaryGroups={groups}
 LimitNOFILE=65536
 # Sandbox: everything read-only but the state dir, no capabilities, no raw sockets.
 ProtectSystem=strict
@@ -299,6 +310,7 @@ class SetupOptions:
     should_start: bool
     is_forced: bool
     executable: str
+    journald_units: tuple[str, ...] | None = None   # set: a journald input for these units (() = all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("token", nargs="?", metavar="TOKEN", help="Logsene app token (used as the index name)")
     p.add_argument("globs", nargs="*", metavar="GLOB", help="absolute globs of files to ship; quote them")
+    p.add_argument("--journald", nargs="*", metavar="UNIT",
+                   help="also ship the systemd journal: entries of these units (none named: every entry); "
+                        "put it after TOKEN and the GLOBs")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--receiver", metavar="URL", help=f"Elasticsearch-compatible URL (default {LOGSENE_RECEIVER})")
     where.add_argument("--region", choices=("us", "eu"), help="pick the Logsene receiver of this region (default us)")
@@ -347,14 +362,18 @@ def parse_options(args: argparse.Namespace, root: Path | None) -> SetupOptions |
     if args.purge and not args.uninstall:
         raise UsageError("--purge only goes with --uninstall")
     if args.uninstall:
-        if args.token or args.globs:
-            raise UsageError("--uninstall takes no TOKEN or GLOB")
+        if args.token or args.globs or args.journald is not None:
+            raise UsageError("--uninstall takes no TOKEN, GLOB or --journald")
         return UninstallOptions(config_path, state_dir, args.purge)
 
+    journald = None if args.journald is None else tuple(dict.fromkeys(args.journald))
     if not args.token:
-        raise UsageError("TOKEN and at least one GLOB are required")
-    if not args.globs:
-        raise UsageError("at least one GLOB is required, e.g. '/var/log/**/*.log' (quoted)")
+        raise UsageError("TOKEN and at least one GLOB (or --journald) are required")
+    if not args.globs and journald is None:
+        raise UsageError("at least one GLOB (or --journald UNIT...) is required, e.g. '/var/log/**/*.log' (quoted)")
+    for u in journald or ():
+        if not _UNIT_RE.match(u):
+            raise UsageError(f"--journald {u!r} is not a systemd unit name (e.g. app.service)")
     if not _TOKEN_RE.match(args.token):
         raise UsageError(f"TOKEN ({mask_token(args.token)}) must be an index name: lowercase letters, "
                          "digits, '.', '_' and '-'")
@@ -379,6 +398,7 @@ def parse_options(args: argparse.Namespace, root: Path | None) -> SetupOptions |
         should_start=not args.no_start,
         is_forced=args.force,
         executable=executable,
+        journald_units=journald,
     )
 
 
@@ -449,41 +469,52 @@ def _must(host: Host, argv: Sequence[str], what: str) -> CommandResult:
     return result
 
 
-def _ensure_service_user(host: Host, state_dir: str, report: Report) -> ServiceUser | None:
+def _ensure_service_user(host: Host, state_dir: str, report: Report,
+                         is_journald: bool = False) -> ServiceUser | None:
+    """The service user, in the group that reads /var/log (and, for journald inputs, the one that
+    reads the system journal: the unit grants it too, this is for `shipper check` run as the user)."""
+    wanted = [LOG_READER_GROUP] + ([JOURNAL_READER_GROUP] if is_journald else [])
     user = host.lookup_user(SERVICE_USER)
     if user is None:
         argv = ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", state_dir,
                 "--shell", "/usr/sbin/nologin", "--comment", "shipper log shipper"]
-        if host.is_dry_run or host.run(["getent", "group", LOG_READER_GROUP]).returncode == 0:
-            argv += ["--groups", LOG_READER_GROUP]
-        else:
+        groups = [g for g in wanted if host.is_dry_run or host.run(["getent", "group", g]).returncode == 0]
+        if groups:
+            argv += ["--groups", ",".join(groups)]
+        if LOG_READER_GROUP not in groups:
             report.notes.append(f"group {LOG_READER_GROUP} does not exist: {SERVICE_USER} reads only "
                                 "world-readable logs")
+        if is_journald and JOURNAL_READER_GROUP not in groups:
+            report.notes.append(f"group {JOURNAL_READER_GROUP} does not exist: is this a systemd host?")
         _must(host, [*argv, SERVICE_USER], f"creating the {SERVICE_USER} user")
         if host.is_dry_run:
             return None
-        report.changes.append(f"created system user {SERVICE_USER} (groups: {LOG_READER_GROUP})")
+        report.changes.append(f"created system user {SERVICE_USER} (groups: {', '.join(groups) or 'none'})")
         user = host.lookup_user(SERVICE_USER)
         if user is None:
             raise SetupError(f"useradd succeeded but user {SERVICE_USER} is still unknown")
-    elif LOG_READER_GROUP not in user.groups and host.run(["getent", "group", LOG_READER_GROUP]).returncode == 0:
-        _must(host, ["usermod", "--append", "--groups", LOG_READER_GROUP, SERVICE_USER],
-              f"adding {SERVICE_USER} to {LOG_READER_GROUP}")
-        report.changes.append(f"added {SERVICE_USER} to group {LOG_READER_GROUP}")
+    else:
+        for g in wanted:
+            if g not in user.groups and host.run(["getent", "group", g]).returncode == 0:
+                _must(host, ["usermod", "--append", "--groups", g, SERVICE_USER], f"adding {SERVICE_USER} to {g}")
+                report.changes.append(f"added {SERVICE_USER} to group {g}")
     return user
 
 
 def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
     """Bring the host to the state `opts` describe. Raises UsageError / SetupError."""
     report = Report()
-    text = render_config(opts.token, opts.globs, opts.receiver, opts.state_dir)
+    text = render_config(opts.token, opts.globs, opts.receiver, opts.state_dir, opts.journald_units)
     try:
         # env={}: the written file is exactly what the service reads, whatever our environment.
         # No file name: nothing is written yet, so a line number would point at nothing.
         cfg = load_config_text(text, None, env={})
     except ConfigError as e:
         raise UsageError(f"the config these arguments make is invalid: {e.key}: {e.message}") from None
-    if (cfg.output.index, cfg.output.hosts, cfg.inputs[0].paths) != (opts.token, (opts.receiver,), opts.globs):
+    globs = tuple(g for inp in cfg.inputs for g in inp.paths)
+    units = next((inp.journald.units for inp in cfg.inputs if inp.journald is not None), None)
+    if (cfg.output.index, cfg.output.hosts, globs, units) != (opts.token, (opts.receiver,), opts.globs,
+                                                              opts.journald_units):
         raise UsageError("the arguments do not survive a round trip through the config loader")
 
     config_file = _on_disk(prefix, opts.config_path)
@@ -493,7 +524,7 @@ def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
         raise SetupError(f"{opts.config_path} already exists with a different configuration; "
                          f"re-run with --force to replace it (the old one is kept as {opts.config_path}.bak)")
 
-    user = _ensure_service_user(host, opts.state_dir, report)
+    user = _ensure_service_user(host, opts.state_dir, report, opts.journald_units is not None)
 
     _ensure_dir(config_file.parent, 0o755, report, f"{os.path.dirname(opts.config_path)}/")
     config_changed = existing != text
@@ -517,7 +548,7 @@ def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
     unit_changed = False
     if opts.init == "systemd":
         unit_changed = _install_file(prefix, SYSTEMD_UNIT_PATH, render_systemd_unit(
-            opts.executable, opts.config_path, opts.state_dir, opts.globs), report)
+            opts.executable, opts.config_path, opts.state_dir, opts.globs, opts.journald_units is not None), report)
     elif opts.init == "upstart":
         unit_changed = _install_file(prefix, UPSTART_JOB_PATH, render_upstart_job(
             opts.executable, opts.config_path), report)
@@ -676,7 +707,10 @@ def _print_changes(report: Report, done: str, nothing: str) -> None:
 def _print_install_summary(opts: SetupOptions, report: Report, host: Host, root: Path | None) -> None:
     _print_changes(report, "done.", "nothing changed; this host is already set up as asked.")
     print(f"  config:    {opts.config_path} (index {mask_token(opts.token)}, receiver {opts.receiver})")
-    print(f"  inputs:    {', '.join(opts.globs)}")
+    if opts.globs:
+        print(f"  inputs:    {', '.join(opts.globs)}")
+    if opts.journald_units is not None:
+        print(f"  journald:  {', '.join(opts.journald_units) or 'every unit'} (the system journal)")
     print(f"  state dir: {opts.state_dir}")
     if opts.init == "systemd":
         print(f"  service:   {SYSTEMD_UNIT_PATH}")
@@ -731,6 +765,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_uninstall_summary(report, host, root)
             return code
         unexpanded = [g for g in opts.globs if not _GLOB_CHARS & set(g)]
+        if opts.journald_units is not None and opts.init == "upstart":
+            print("note: --journald reads the systemd journal; an Upstart host has none", file=sys.stderr)
         if len(unexpanded) > 1:
             print("note: several GLOBs without wildcards: did the shell expand a glob? Quote it: "
                   "'/var/log/**/*.log'", file=sys.stderr)

@@ -20,6 +20,9 @@ import orjson
 from shipper.config import Config, MetricsConfig, load_config
 from shipper.service import STATUS_FILE
 from shipper.ship.client import redact_url
+from shipper.sources.journal import journal_key, status_entry
+from shipper.sources.journal_source import is_journal_checkpoint
+from shipper.sources.journald import JOURNALCTL, read_head_sync
 from shipper.spool import Spool, SpoolContents
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
@@ -80,6 +83,8 @@ def _stopped_files(spool: SpoolContents) -> list[dict[str, Any]]:
     files = []
     for cp in spool.checkpoints:
         inc = cp.incarnation
+        if is_journal_checkpoint(cp):
+            continue               # shown in `journald`
         size = None
         try:
             st = os.stat(cp.path)
@@ -101,6 +106,28 @@ def _stopped_files(spool: SpoolContents) -> list[dict[str, Any]]:
     return files
 
 
+def _stopped_journald(cfg: Config, spool: SpoolContents | None) -> list[dict[str, Any]]:
+    """Each journald input with the cursor its checkpoint holds, and its lag from the journal's
+    newest matching entry (journalctl asked now); stored inputs no longer configured too."""
+    shipped = spool.shipped_offsets() if spool is not None else {}
+    cps = {cp.incarnation: cp for cp in spool.checkpoints if is_journal_checkpoint(cp)} if spool else {}
+    out = []
+    for inp in cfg.inputs:
+        if inp.journald is None:
+            continue
+        j = inp.journald
+        cp = cps.pop(journal_key(j.directory, j.units), None)
+        head = read_head_sync(JOURNALCTL, j.directory, j.units)
+        cursor = cp.cursor if cp is not None else None
+        out.append(status_entry(j.directory, j.units, cursor, head,
+                                shipped.get(cp.incarnation) if cp is not None else None))
+    for cp in cps.values():
+        directory = cp.path.removeprefix("journald:")
+        out.append({"directory": None if directory == "system" else directory, "units": [], "cursor": cp.cursor,
+                    "lag_entries": None, "lag_seconds": None, "key": cp.incarnation, "configured": False})
+    return out
+
+
 def collect(cfg: Config) -> dict[str, Any]:
     """The status document: live from the daemon when it runs, from the state_dir when it does not."""
     state_dir = cfg.state_dir
@@ -118,7 +145,7 @@ def collect(cfg: Config) -> dict[str, Any]:
     out: dict[str, Any] = {
         "daemon": "running" if running else "stopped", "running": running, "source": "state_dir",
         "mode": last.get("mode", "daemon"), "updated": last.get("updated"),
-        "files": [], "queue": {"events": 0, "bytes": 0}, "dead_letter": 0,
+        "files": [], "journald": [], "queue": {"events": 0, "bytes": 0}, "dead_letter": 0,
         "output": {"up": bool(last_out.get("up", False)), "last_error": last_out.get("last_error"),
                    "down_since": last_out.get("down_since"), "down_for_s": None,
                    "hosts": last_out.get("hosts", [redact_url(h) for h in cfg.output.hosts])},
@@ -126,6 +153,7 @@ def collect(cfg: Config) -> dict[str, Any]:
         "lag_bytes": 0, "eta_s": None,
     }
     if not os.path.isdir(os.path.join(state_dir, "spool")):
+        out["journald"] = _stopped_journald(cfg, None)
         return out
     spool = Spool(state_dir, read_only=True)
     try:
@@ -133,6 +161,7 @@ def collect(cfg: Config) -> dict[str, Any]:
     finally:
         spool.close()
     out["files"] = _stopped_files(contents)
+    out["journald"] = _stopped_journald(cfg, contents)
     out["queue"] = {"events": contents.queued_events, "bytes": contents.queued_bytes}
     out["dead_letter"] = contents.dead_letters
     out["lag_bytes"] = sum(f["lag_bytes"] for f in out["files"])
@@ -224,9 +253,18 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
         lines.append(f"backlog: {human_bytes(doc['lag_bytes'])} not yet shipped{eta}")
     if doc.get("bytes_at_risk"):
         lines.append(f"at risk: {human_bytes(doc['bytes_at_risk'])} unread in rotated or deleted files")
+    for j in doc.get("journald") or []:
+        where = j.get("directory") or "the system journal"
+        units = ", ".join(j.get("units") or []) or "every unit"
+        lag = j.get("lag_entries")
+        behind = "lag unknown" if lag is None else f"{lag:,} entries behind"
+        if j.get("lag_seconds"):
+            behind += f" ({human_duration(j['lag_seconds'])})"
+        lines.append(f"journal: {where} ({units}): {behind}   cursor: {j.get('cursor') or 'none yet'}")
     files = doc.get("files") or []
     if not files:
-        lines.append("files:   none tracked yet")
+        if not doc.get("journald"):
+            lines.append("files:   none tracked yet")
         return "\n".join(lines) + "\n"
     rows = [("FILE", "INODE", "PROGRESS", "SHIPPED / SIZE", "LAG", "ETA")]
     for f in files:

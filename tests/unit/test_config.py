@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shipper.config import Config, load_config, load_config_text, parse_duration, parse_size, expand_env
+from shipper.config import Config, JournaldConfig, load_config, load_config_text, parse_duration, parse_size, expand_env
 from shipper.errors import ConfigError
 
 MINIMAL = """\
@@ -346,3 +346,34 @@ def test_flush_min_interval_defaults_to_20ms_and_takes_zero() -> None:
     assert load(base + "output: {elasticsearch: {flush_min_interval: 5ms}}\n").output.flush_min_interval_s == 0.005
     e = error(base + "output: {elasticsearch: {flush_min_interval: soon}}\n")
     assert "output.elasticsearch.flush_min_interval" in str(e)
+
+
+# ---------------------------------------------------------------- journald inputs
+
+def test_a_journald_input() -> None:
+    cfg = load("""
+        inputs:
+          - journald: {directory: /var/log/journal, units: [app.service, web]}
+            start_at: end
+            format: json
+          - journald:
+          - paths: ['/var/log/*.log']
+        """)
+    j, system, files = cfg.inputs
+    assert j.journald == JournaldConfig("/var/log/journal", ("app.service", "web")) and j.paths == ()
+    assert (j.start_at, j.format) == ("end", "json")
+    assert system.journald == JournaldConfig(None, ()) and files.journald is None
+
+
+@pytest.mark.parametrize("text, key, words", [
+    ("inputs:\n  - paths: ['/a/*.log']\n    journald: {}\n", "inputs[0].journald", "either paths or journald"),
+    ("inputs:\n  - format: json\n", "inputs[0].paths", "or journald"),
+    ("inputs:\n  - journald: {directory: rel/dir}\n", "inputs[0].journald.directory", "absolute"),
+    ("inputs:\n  - journald: {units: ['a b']}\n", "inputs[0].journald.units[0]", "unit name"),
+    ("inputs:\n  - journald: {unit: [a]}\n", "inputs[0].journald.unit", "unknown key"),
+    ("inputs:\n  - journald: [a]\n", "inputs[0].journald", "mapping"),
+    ("inputs:\n  - journald: {}\n    exclude: ['*.gz']\n", "inputs[0].exclude", "paths only"),
+])
+def test_journald_errors_name_the_key(text: str, key: str, words: str) -> None:
+    e = error(text)
+    assert e.key == key and words in e.message

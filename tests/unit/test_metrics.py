@@ -146,6 +146,7 @@ class Observed:
     bytes_at_risk: int = 0
     dead_letters: int = 0
     hosts: tuple[str, ...] = ("http://127.0.0.1:9200",)
+    journald: tuple[Any, ...] = ()
     events: TelemetryEvents = field(default_factory=lambda: TelemetryEvents(Metrics()))
 
     @property
