@@ -11,9 +11,10 @@ each other.
 
 from __future__ import annotations
 
-import os
 import asyncio
-from typing import Any, Callable, Literal
+import os
+from collections.abc import Callable
+from typing import Any, Literal
 
 from shipper.clock import Clock
 from shipper.events import Events

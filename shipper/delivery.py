@@ -8,7 +8,7 @@ is not cached is read from the spool first. Nothing leaves the queue before Elas
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from shipper.clock import Clock
 from shipper.events import Events

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from shipper.events import Events
 from shipper.model import JournalGap
@@ -129,7 +130,7 @@ def render_prometheus(counters: dict[Any, float], gauges: dict[Any, float], hist
             fam.setdefault(name, []).append(f"{name}{_labels(labels)} {_num(v)}")
     for name, h in hist.items():
         rows = fam.setdefault(name, [])
-        for b, c in zip(h.buckets, h.counts):
+        for b, c in zip(h.buckets, h.counts, strict=True):
             rows.append(f'{name}_bucket{{le="{b:g}"}} {c}')
         rows.append(f'{name}_bucket{{le="+Inf"}} {h.count}')
         rows.append(f"{name}_sum {_num(h.sum)}")

@@ -9,7 +9,8 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from shipper.logs import redact
 from shipper.metrics import Metrics, TelemetryEvents

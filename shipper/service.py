@@ -22,11 +22,11 @@ from shipper import native, sdnotify
 from shipper.clock import Clock, SystemClock
 from shipper.config import Config, InputConfig, load_config
 from shipper.errors import ConfigError, ShipperError
+from shipper.events import Events
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
-from shipper.monitor import Monitor
-from shipper.events import Events
 from shipper.model import PipelineStatus
+from shipper.monitor import Monitor
 from shipper.pipeline import Pipeline
 from shipper.ship.sender import Sender
 from shipper.ship.template import guard_first_bulk

@@ -18,16 +18,16 @@ import orjson
 
 from shipper.commands.status import daemon_running
 from shipper.config import load_config
+from shipper.control import DlqAction, dlq_cancel, dlq_read_answer, dlq_request
 from shipper.errors import ShipperError
 from shipper.ship import bulk as bulkproto
-from shipper.control import DlqAction, dlq_cancel, dlq_read_answer, dlq_request
 from shipper.spool import Spool
 
 ANSWER_WAIT_S = 30.0
 
 
 def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def list_line(it: dict[str, Any]) -> str:

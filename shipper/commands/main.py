@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from shipper.config import DEFAULT_CONFIG_PATH, Config, load_config
 from shipper.errors import ConfigError, ShipperError

@@ -7,8 +7,8 @@ stopped the spool's checkpoints and queue are read read-only. `render` (pure) dr
 
 from __future__ import annotations
 
-import fcntl
 import dataclasses
+import fcntl
 import os
 import time
 import urllib.error

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from shipper.clock import Clock
+from shipper.codec import decode_body, gzip_compress
 from shipper.config import Config
 from shipper.errors import TransportError
 from shipper.events import Events
@@ -24,7 +25,6 @@ from shipper.ship import bulk as bulkproto
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient, Reply
 from shipper.ship.concurrency import AdaptiveLimit
-from shipper.codec import decode_body, gzip_compress
 
 log = logging.getLogger("shipper.output")
 

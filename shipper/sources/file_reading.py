@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from shipper.clock import Clock
 from shipper.config import Config

@@ -13,7 +13,7 @@ import fnmatch
 import logging
 import os
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from shipper.clock import Clock
 from shipper.config import Config

@@ -9,8 +9,9 @@ by `parse/document.py` from the `SourceEvent`s made here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple
 
 from shipper.config import MultilineConfig
 from shipper.model import FLAG_TRUNCATED, JournalGap

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import OrderedDict, deque
-from typing import Mapping
+from collections.abc import Mapping
 
 from shipper.clock import Clock
 from shipper.config import Config

@@ -15,8 +15,8 @@ import os
 import random
 import subprocess
 from collections import deque
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import AsyncIterator, Sequence
 
 import orjson
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from shipper.clock import Clock
 from shipper.errors import SpoolFullError

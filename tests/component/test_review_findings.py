@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import threading
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
 from shipper.commands import status as status_cmd
-from shipper.config import Config, ElasticsearchConfig, MetricsConfig
+from shipper.config import Config, ElasticsearchConfig, InputConfig, MetricsConfig
 from shipper.parse.document import DocBuilder
-from shipper.config import InputConfig
 from tests.support.pipeline_rig import Rig, make_config
 
 DEEP = b'{"a":' + b"[" * 300 + b"]" * 300 + b"}"
@@ -138,6 +137,7 @@ async def test_reload_builds_the_new_pipeline_after_the_spool_thread_settled(tmp
     KeyError or 'dictionary changed size' killed the daemon in the rare case; a needless re-send
     otherwise). It must be built once every spool call submitted before it has finished."""
     import time as _time
+
     from shipper.config import load_config
     from shipper.service import Service
     from tests.support.daemon import write_config

@@ -5,6 +5,7 @@ max_page_count, which fails exactly like ENOSPC does (SQLITE_FULL: "database or 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 from pathlib import Path
 
@@ -14,10 +15,8 @@ from shipper.errors import SpoolFullError
 from shipper.model import Checkpoint, DeadLetter
 from shipper.ship import batching
 from shipper.ship.outbox import Outbox
-from shipper.spool.writer import DiskWait, RecordWriter
 from shipper.spool import AsyncSpool, Spool
-import concurrent.futures
-
+from shipper.spool.writer import DiskWait, RecordWriter
 from tests.support.pipeline_rig import FakeClock, RecordingEvents
 
 

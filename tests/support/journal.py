@@ -29,9 +29,10 @@ import shutil
 import struct
 import subprocess
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 REMOTE_CANDIDATES = ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
 JOURNALCTL = "journalctl"

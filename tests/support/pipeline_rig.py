@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 

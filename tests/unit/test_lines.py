@@ -6,10 +6,9 @@ of, so "same lines, same offsets" after a restart is the exactly-once promise in
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pytest
 
 from shipper.model import FLAG_TRUNCATED
 from shipper.tail import lines as lines_mod

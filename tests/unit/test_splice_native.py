@@ -12,10 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shipper import native
 from shipper.config import InputConfig
 from shipper.parse.document import _FAST_MS_MAX, _FAST_MS_MIN, DocBuilder
-
-from shipper import native
 
 splice = getattr(native.module, "splice", None)   # None: not built, test_splice.py says so as a failure
 pytestmark = pytest.mark.skipif(splice is None, reason="not built: tests/unit/test_splice.py fails on it")
