@@ -102,8 +102,13 @@ def _stopped_files(spool: SpoolContents) -> list[dict[str, Any]]:
                       "queued_offset": cp.offset, "size": size, "lag_bytes": max(0, size - off),
                       "state": "finished" if cp.finished else ("rotated" if moved else "stopped"),
                       "updated": cp.updated, "rate_bytes_per_s": None, "eta_s": None})
-    files.sort(key=lambda f: (f["path"], -f["updated"]))
+    files.sort(key=_newest_first)
     return files
+
+
+def _newest_first(row: dict[str, Any]) -> tuple[str, float]:
+    updated: Any = row["updated"]
+    return str(row["path"]), -float(updated)
 
 
 def _stopped_journald(cfg: Config, spool: SpoolContents | None) -> list[dict[str, Any]]:
@@ -141,7 +146,8 @@ def collect(cfg: Config) -> dict[str, Any]:
         if live is not None:
             live["running"], live["daemon"], live["source"] = True, "running", source
             return live
-    last_out = last.get("output") if isinstance(last.get("output"), dict) else {}
+    got = last.get("output")
+    last_out: dict[str, Any] = got if isinstance(got, dict) else {}
     out: dict[str, Any] = {
         "daemon": "running" if running else "stopped", "running": running, "source": "state_dir",
         "mode": last.get("mode", "daemon"), "updated": last.get("updated"),

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import random
 import time
-from dataclasses import dataclass
 
 from shipper.clock import Clock
 from shipper.codec import decode_body, gzip_compress
@@ -20,7 +19,7 @@ from shipper.config import Config
 from shipper.errors import TransportError
 from shipper.events import Events
 from shipper.logs import redact
-from shipper.model import DeadLetter
+from shipper.model import Batch, DeadLetter
 from shipper.ship import bulk as bulkproto
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient, Reply
@@ -42,17 +41,8 @@ _EPISODE_PHRASES = {
 }
 
 
-@dataclass(slots=True)
-class Attempt:
-    """One request's body: stored bytes (gzip or raw), whether gzipped, and its document count."""
-
-    body: bytes
-    gzipped: bool
-    count: int
-
-
 class Sender:
-    """Posts records for any number of worker tasks; they share the backoff gate and the AIMD limit."""
+    """Posts batches for any number of worker tasks; they share the backoff gate and the AIMD limit."""
 
     def __init__(self, cfg: Config, events: Events, clock: Clock, rng: random.Random | None = None) -> None:
         self.cfg = cfg.output
@@ -101,7 +91,7 @@ class Sender:
             self.limit.finished(self.clock.monotonic(), rtt_s, pushback, self._waiting > 0)
             self._slots.notify_all()
 
-    async def post(self, attempt: Attempt) -> Reply | TransportError:
+    async def post(self, attempt: Batch) -> Reply | TransportError:
         """One bulk request under the gate and the limit: the answer, or the transport failure."""
         await self._acquire()
         t0 = time.monotonic()
@@ -121,7 +111,7 @@ class Sender:
 
     # ------------------------------------------------------------------ delivering
 
-    async def deliver(self, attempt: Attempt) -> list[DeadLetter]:
+    async def deliver(self, attempt: Batch) -> list[DeadLetter]:
         """Send until every document is delivered (2xx, 409 on create) or dead. Returns the dead letters.
 
         Item failures re-send only the failed items; 413 (and a whole-request 400) halve the batch,
@@ -182,11 +172,11 @@ class Sender:
             self.limit.finished(self.clock.monotonic(), 0.0, True)
             self._slots.notify_all()
 
-    async def encode(self, pairs: list[bytes]) -> Attempt:
+    async def encode(self, pairs: list[bytes]) -> Batch:
         raw = bulkproto.join_pairs(pairs)
         if self.cfg.compression == "gzip":
-            return Attempt(await asyncio.to_thread(gzip_compress, raw), True, len(pairs))
-        return Attempt(raw, False, len(pairs))
+            return Batch(await asyncio.to_thread(gzip_compress, raw), True, len(pairs))
+        return Batch(raw, False, len(pairs))
 
     # ------------------------------------------------------------------ state and episodes
 
@@ -267,7 +257,7 @@ class Sender:
             self.events.output_state(up, None if up else self.last_error)
 
 
-def _raw(attempt: Attempt) -> bytes:
+def _raw(attempt: Batch) -> bytes:
     return decode_body(attempt.body, attempt.gzipped)
 
 
