@@ -1,0 +1,117 @@
+/* libFuzzer harness for the scan of shipper/_native.c (no Python: -DSHIPPER_SCAN_ONLY).
+ *
+ * Each input is one line. It is copied into a heap buffer of exactly its length, so a read one
+ * byte past the line is an AddressSanitizer report (a bytes object has a NUL there, which hides
+ * such a read in the extension). The scan runs under two sets of rules and twice each: with a
+ * parser that scanned every earlier input (its key table must come back empty whatever a line
+ * left in it) and with a fresh one; both must find the same. For a line the scan takes it checks
+ * what splice relies on: the body ends in '}' inside the line, the noted spans lie inside it,
+ * the line has no raw newline or control byte, `time` is within the rules' range and the
+ * formatted @timestamp has exactly the layout YYYY-MM-DDTHH:MM:SS.mmmZ.
+ *
+ *   fuzz/build.sh && build/fuzz/scan_fuzz -dict=fuzz/json.dict build/fuzz/corpus/scan
+ */
+#define SHIPPER_SCAN_ONLY
+#include "../shipper/_native.c"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static parser_t *kept;     /* the parser every input goes through in turn */
+static rules_t rules[2];
+
+static void add_key(rules_t *R, const char *k) {
+    R->keys[R->n].p = (const unsigned char *)k;
+    R->keys[R->n].n = (Py_ssize_t)strlen(k);
+    R->n++;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    init_tables();
+    kept = calloc(1, sizeof(parser_t));
+    /* what DocBuilder passes for a plain input */
+    add_key(&rules[0], "@timestamp");
+    add_key(&rules[0], "log");
+    add_key(&rules[0], "host");
+    set_time_range(&rules[0], 100000000001LL, 1LL << 42);
+    /* an input with fields, and a range asking for more than a 4-digit year: set_time_range clamps */
+    add_key(&rules[1], "@timestamp");
+    add_key(&rules[1], "log");
+    add_key(&rules[1], "host");
+    add_key(&rules[1], "env");
+    add_key(&rules[1], "");
+    set_time_range(&rules[1], -5, LLONG_MAX);
+    return 0;
+}
+
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "scan_fuzz: check failed: %s (line %d)\n", #cond, __LINE__); \
+            abort();                                                          \
+        }                                                                     \
+    } while (0)
+
+static int inside(const unsigned char *buf, size_t size, span_t sp) {
+    return sp.p >= buf && sp.n >= 0 && (size_t)(sp.p - buf) + (size_t)sp.n <= size;
+}
+
+static void check_taken(const unsigned char *buf, size_t size, const rules_t *R, const scan_t *S) {
+    CHECK(S->body_end >= 2 && (size_t)S->body_end <= size);
+    CHECK(buf[0] == '{' && buf[S->body_end - 1] == '}');
+    for (size_t i = 0; i < size; i++)
+        CHECK(buf[i] >= 0x20 || buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r');
+    for (size_t i = (size_t)S->body_end; i < size; i++)
+        CHECK(buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r');
+    CHECK(S->time_ms >= R->ms_min && S->time_ms < R->ms_max && S->time_ms < MS_YEAR_10000);
+    CHECK(S->level == 0 || (S->level >= 10 && S->level <= 60 && S->level % 10 == 0));
+    if (S->msg.n) {
+        CHECK(inside(buf, size, S->msg));
+    }
+    if (S->level_str.n) {
+        CHECK(inside(buf, size, S->level_str) && S->level_str.n > 2);
+        CHECK(S->level_str.p[0] == '"' && S->level_str.p[S->level_str.n - 1] == '"');
+    }
+    char ts[TS_LEN + 1];
+    ts[TS_LEN] = 0x7f;
+    fmt_ts(ts, S->time_ms);
+    CHECK(ts[TS_LEN] == 0x7f && memcmp(ts, "\"}}\n{\"@timestamp\":\"", 19) == 0 && ts[TS_LEN - 1] == '"');
+    static const char layout[] = "dddd-dd-ddTdd:dd:dd.dddZ";
+    for (int i = 0; i < 24; i++) {
+        char c = ts[19 + i];
+        CHECK(layout[i] == 'd' ? (c >= '0' && c <= '9') : c == layout[i]);
+    }
+}
+
+static int same(const scan_t *a, const scan_t *b) {
+    if (a->ok != b->ok)
+        return 0;
+    if (!a->ok)
+        return 1;
+    /* a span's start means something only when it is not empty */
+    return a->level == b->level && a->time_ms == b->time_ms && a->body_end == b->body_end
+        && a->msg.n == b->msg.n && (a->msg.n == 0 || a->msg.p == b->msg.p)
+        && a->level_str.n == b->level_str.n && (a->level_str.n == 0 || a->level_str.p == b->level_str.p);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    unsigned char *buf = malloc(size ? size : 1);
+    if (buf == NULL)
+        return 0;
+    if (size)
+        memcpy(buf, data, size);
+    parser_t *fresh = calloc(1, sizeof(parser_t));
+    for (int r = 0; r < 2; r++) {
+        scan_t a, b;
+        scan_line(kept, buf, (Py_ssize_t)size, &rules[r], &a);
+        scan_line(fresh, buf, (Py_ssize_t)size, &rules[r], &b);
+        CHECK(same(&a, &b));
+        if (a.ok)
+            check_taken(buf, size, &rules[r], &a);
+    }
+    free(fresh);
+    free(buf);
+    return 0;
+}
