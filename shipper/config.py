@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import yaml
@@ -122,13 +122,13 @@ class RetryConfig:
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    listen: str | None = "127.0.0.1:9607"
+    listen: str | None = DEFAULT_METRICS_LISTEN
     health_down_after_s: float = 60.0     # /health answers 503 once the output has been down this long
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    state_dir: str = "/var/lib/shipper"
+    state_dir: str = DEFAULT_STATE_DIR
     log_level: str = "info"
     shutdown_timeout_s: float = 10.0
     inputs: tuple[InputConfig, ...] = ()
@@ -141,16 +141,16 @@ class Config:
     source: str | None = None
 
 
-def _default(cls: type[Any], name: str) -> Any:
-    """The default of dataclass field `name`: the loader's defaults are the dataclasses' own."""
-    for f in fields(cls):
-        if f.name == name:
-            if f.default is not MISSING:
-                return f.default
-            if f.default_factory is not MISSING:
-                return f.default_factory()
-            raise TypeError(f"{cls.__name__}.{name} has no default")
-    raise TypeError(f"{cls.__name__} has no field {name}")
+# The defaults, as the dataclasses give them: the loader reads every default from these.
+_TOP_DEFAULTS = Config()
+_ES_DEFAULTS = _TOP_DEFAULTS.output
+_TLS_DEFAULTS = _ES_DEFAULTS.tls
+_QUEUE_DEFAULTS = _TOP_DEFAULTS.queue
+_RETRY_DEFAULTS = _TOP_DEFAULTS.retry
+_METRICS_DEFAULTS = _TOP_DEFAULTS.metrics
+_DATA_STREAM_DEFAULTS = DataStreamConfig()
+_INPUT_DEFAULTS = InputConfig(paths=())
+_MULTILINE_DEFAULTS = MultilineConfig(start="")
 
 
 _DS_PART_RE = re.compile(r"[a-z0-9_.]+")   # Elastic's naming scheme: lower case, no `-` inside a part
@@ -164,11 +164,12 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     for p in paths:
         if not os.path.isabs(os.path.expanduser(p)):
             raise lines.error(s.key("paths"), f"globs must be absolute paths, got {p!r}")
-    fmt = s.string("format", "auto", ("auto", "json", "text", "regex"))
+    fmt = s.string("format", _INPUT_DEFAULTS.format, ("auto", "json", "text", "regex"))
     pattern = s.string("pattern", None)
     if fmt == "regex":
         if not pattern:
-            raise lines.error(s.key("pattern"), "format regex needs a pattern (a regex with named groups, or nginx, apache, syslog)")
+            raise lines.error(s.key("pattern"), "format regex needs a pattern "
+                                                "(a regex with named groups, or nginx, apache, syslog)")
         if pattern not in ("nginx", "apache", "syslog"):
             _regex(pattern, s.key("pattern"), lines)
             if "(?P<" not in pattern:
@@ -180,11 +181,11 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         if not start:
             raise lines.error(m.key("start"), "multiline needs a start regex")
         _regex(start, m.key("start"), lines)
-        multiline = MultilineConfig(start=start, max_lines=m.integer("max_lines", 500),
-                                    timeout_s=m.duration("timeout", 1.0, positive=True))
+        multiline = MultilineConfig(start=start, max_lines=m.integer("max_lines", _MULTILINE_DEFAULTS.max_lines),
+                                    timeout_s=m.duration("timeout", _MULTILINE_DEFAULTS.timeout_s, positive=True))
         m.finish()
-    start_at = s.string("start_at", "beginning", ("beginning", "end"))
-    tz = s.string("timezone", "local")
+    start_at = s.string("start_at", _INPUT_DEFAULTS.start_at, ("beginning", "end"))
+    tz = s.string("timezone", _INPUT_DEFAULTS.timezone)
     if tz not in ("local", "UTC", "utc"):
         try:
             from zoneinfo import ZoneInfo
@@ -221,23 +222,23 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         multiline=multiline,
         fields=s.json_mapping("fields"),
         start_at=start_at,
-        scan_interval_s=s.duration("scan_interval", 10.0, positive=True),
+        scan_interval_s=s.duration("scan_interval", _INPUT_DEFAULTS.scan_interval_s, positive=True),
         index=s.string("index", None),
-        max_line_bytes=s.size("max_line_bytes", 1024 * 1024, minimum=16),
+        max_line_bytes=s.size("max_line_bytes", _INPUT_DEFAULTS.max_line_bytes, minimum=16),
         timezone="UTC" if tz == "utc" else tz,
         include_lines=include_lines,
         exclude_lines=exclude_lines,
         drop_fields=s.strings("drop_fields"),
         rename_fields=rename,
         mask=mask,
-        close_inactive_s=s.duration("close_inactive", 300.0, positive=True),
+        close_inactive_s=s.duration("close_inactive", _INPUT_DEFAULTS.close_inactive_s, positive=True),
     )
     s.finish()
     return cfg
 
 
 def _tls(t: _Section, ca: str | None, lines: _Lines) -> TLSConfig:
-    verify = t.boolean("verify", True)
+    verify = t.boolean("verify", _TLS_DEFAULTS.verify)
     cert = t.string("cert_file", None)
     key = t.string("key_file", None)
     for name, path in (("cert_file", cert), ("key_file", key)):
@@ -267,8 +268,9 @@ def _data_stream(es: _Section, lines: _Lines) -> DataStreamConfig | None:
     if es.raw("data_stream") is None:
         return None
     d = _Section(es.raw("data_stream"), es.key("data_stream"), lines)
-    ds = DataStreamConfig(type=d.string("type", "logs"), dataset=d.string("dataset", "generic"),
-                          namespace=d.string("namespace", "default"))
+    ds = DataStreamConfig(type=d.string("type", _DATA_STREAM_DEFAULTS.type),
+                          dataset=d.string("dataset", _DATA_STREAM_DEFAULTS.dataset),
+                          namespace=d.string("namespace", _DATA_STREAM_DEFAULTS.namespace))
     for part in ("type", "dataset", "namespace"):
         v = getattr(ds, part)
         if not _DS_PART_RE.fullmatch(v) or v.startswith((".", "_")):
@@ -285,7 +287,7 @@ def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:
         return "off"
     if v is True:
         return "auto"
-    mode: IndexTemplateMode = es.string("index_template", "auto", ("auto", "off"))
+    mode: IndexTemplateMode = es.string("index_template", _ES_DEFAULTS.index_template, ("auto", "off"))
     return mode
 
 
@@ -306,7 +308,7 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
     elif es.has("url"):
         hosts = (es.string("url", None),)
     else:
-        hosts = es.strings("hosts", ("http://127.0.0.1:9200",))
+        hosts = es.strings("hosts", _ES_DEFAULTS.hosts)
     if not hosts or not all(hosts):
         raise lines.error("output.elasticsearch.hosts", "at least one host URL is required")
     for h in hosts:
@@ -324,7 +326,7 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
     if data_stream is not None and es.data.get("index") is not None:
         raise lines.error("output.elasticsearch.index", "give either index or data_stream, not both "
                                                         "(a data stream's name is <type>-<dataset>-<namespace>)")
-    index = data_stream.name if data_stream is not None else es.string("index", "logs-%Y.%m.%d")
+    index = data_stream.name if data_stream is not None else es.string("index", _ES_DEFAULTS.index)
     if not index:
         raise lines.error("output.elasticsearch.index", "must not be empty")
     username = es.string("username", None)
@@ -337,15 +339,15 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         username=username,
         password=password,
         api_key=es.string("api_key", None),
-        compression=es.string("compression", "gzip", ("gzip", "none")),
-        bulk_max_events=es.integer("bulk_max_events", 2000),
-        bulk_max_bytes=es.size("bulk_max_bytes", 5 * 1024 * 1024, minimum=1024),
-        flush_interval_s=es.duration("flush_interval", 1.0, positive=True),
-        flush_min_interval_s=es.duration("flush_min_interval", 0.02),
-        timeout_s=es.duration("timeout", 30.0, positive=True),
+        compression=es.string("compression", _ES_DEFAULTS.compression, ("gzip", "none")),
+        bulk_max_events=es.integer("bulk_max_events", _ES_DEFAULTS.bulk_max_events),
+        bulk_max_bytes=es.size("bulk_max_bytes", _ES_DEFAULTS.bulk_max_bytes, minimum=1024),
+        flush_interval_s=es.duration("flush_interval", _ES_DEFAULTS.flush_interval_s, positive=True),
+        flush_min_interval_s=es.duration("flush_min_interval", _ES_DEFAULTS.flush_min_interval_s),
+        timeout_s=es.duration("timeout", _ES_DEFAULTS.timeout_s, positive=True),
         tls=tls,
         pipeline=es.string("pipeline", None),
-        max_in_flight=es.integer("max_in_flight", 4),
+        max_in_flight=es.integer("max_in_flight", _ES_DEFAULTS.max_in_flight),
         index_template=_index_template(es, lines),
         data_stream=data_stream,
         cloud_id=cloud_id,
@@ -373,13 +375,13 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
     if not isinstance(inputs_raw, list):
         raise lines.error("inputs", "expected a list of inputs")
     inputs = tuple(_input(d, f"inputs[{i}]", lines) for i, d in enumerate(inputs_raw))
-    state_dir = s.string("state_dir", "/var/lib/shipper")
+    state_dir = s.string("state_dir", _TOP_DEFAULTS.state_dir)
     if not state_dir:
         raise lines.error("state_dir", "must not be empty")
-    if isinstance(s.data.get("log_level"), str) and s.data["log_level"].strip().lower() in ("warn", "warning", "debug", "info", "error"):
-        lv = s.data["log_level"].strip().lower()
-        s.data["log_level"] = "warning" if lv == "warn" else lv
-    level = s.string("log_level", "info", ("debug", "info", "warning", "error"))
+    lv = s.data.get("log_level")
+    if isinstance(lv, str) and lv.strip().lower() in ("warn", "warning", "debug", "info", "error"):
+        s.data["log_level"] = "warning" if lv.strip().lower() == "warn" else lv.strip().lower()
+    level = s.string("log_level", _TOP_DEFAULTS.log_level, ("debug", "info", "warning", "error"))
     output = _output(s.raw("output"), lines)
     if output.data_stream is not None:
         for i, inp in enumerate(inputs):
@@ -388,34 +390,36 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
                 raise lines.error(f"inputs[{i}].index", "with output.elasticsearch.data_stream an input's index "
                                                         "names a data stream: no strftime (%) in it")
     q = _Section(s.raw("queue"), "queue", lines)
-    queue = QueueConfig(max_bytes=q.size("max_bytes", 1024**3, minimum=64 * 1024))
+    queue = QueueConfig(max_bytes=q.size("max_bytes", _QUEUE_DEFAULTS.max_bytes, minimum=64 * 1024))
     q.finish()
     r = _Section(s.raw("retry"), "retry", lines)
-    retry = RetryConfig(initial_backoff_s=r.duration("initial_backoff", 1.0, positive=True),
-                        max_backoff_s=r.duration("max_backoff", 60.0, positive=True))
+    retry = RetryConfig(
+        initial_backoff_s=r.duration("initial_backoff", _RETRY_DEFAULTS.initial_backoff_s, positive=True),
+        max_backoff_s=r.duration("max_backoff", _RETRY_DEFAULTS.max_backoff_s, positive=True))
     if retry.max_backoff_s < retry.initial_backoff_s:
         raise lines.error("retry.max_backoff", "must not be below retry.initial_backoff")
     r.finish()
     m = _Section(s.raw("metrics"), "metrics", lines)
     # an explicit null (or an empty ${VAR}) turns metrics off
-    listen = None if m.has("listen") and m.raw("listen") is None else m.string("listen", "127.0.0.1:9607")
+    listen = None if m.has("listen") and m.raw("listen") is None else m.string("listen", _METRICS_DEFAULTS.listen)
     if not listen:
         listen = None
     if listen is not None and not re.match(r"^(\[[0-9A-Fa-f:.]+\]|[^:\s\[\]]*):\d{1,5}$", listen):
-        raise lines.error("metrics.listen", f"expected HOST:PORT (an IPv6 address in brackets: [::1]:9607), got {listen!r}")
-    health_down_after_s = m.duration("health_down_after", 60.0)
+        raise lines.error("metrics.listen",
+                          f"expected HOST:PORT (an IPv6 address in brackets: [::1]:9607), got {listen!r}")
+    health_down_after_s = m.duration("health_down_after", _METRICS_DEFAULTS.health_down_after_s)
     m.finish()
     cfg = Config(
         state_dir=os.path.expanduser(state_dir),
         log_level=level,
-        shutdown_timeout_s=s.duration("shutdown_timeout", 10.0),
+        shutdown_timeout_s=s.duration("shutdown_timeout", _TOP_DEFAULTS.shutdown_timeout_s),
         inputs=inputs,
         output=output,
         queue=queue,
         retry=retry,
         metrics=MetricsConfig(listen=listen, health_down_after_s=health_down_after_s),
-        max_open_files=s.integer("max_open_files", 1024),
-        clean_removed_after_s=s.duration("clean_removed_after", 3600.0, positive=True),
+        max_open_files=s.integer("max_open_files", _TOP_DEFAULTS.max_open_files),
+        clean_removed_after_s=s.duration("clean_removed_after", _TOP_DEFAULTS.clean_removed_after_s, positive=True),
         source=file,
     )
     s.finish()
