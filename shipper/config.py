@@ -2,6 +2,8 @@
 
 Every error is a `ConfigError` naming the key (dotted path) with the file and line where known.
 This module opens no logs, sockets or state: it only reads the config file it is given.
+It knows nothing of parsing: whether a `pattern` or a `mask` compiles into a parser is checked by
+`shipper.parse.validate`, and `shipper.settings.load` runs both (what the daemon and commands call).
 """
 
 from __future__ import annotations
@@ -139,6 +141,8 @@ class Config:
     max_open_files: int = 1024
     clean_removed_after_s: float = 3600.0   # checkpoints of files gone and fully shipped are forgotten after this
     source: str | None = None
+    # dotted key -> its line in `source`, so checks made after loading (shipper.parse.validate) name the line
+    key_lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
 
 # The defaults, as the dataclasses give them: the loader reads every default from these.
@@ -202,18 +206,6 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     mask = {k: ("" if v is None else str(v)) for k, v in s.mapping("mask").items()}
     for r in mask:
         _regex(r, f"{s.key('mask')}.{r}", lines)
-    if fmt == "regex" and pattern:
-        from shipper.parse.regex import RegexParser
-        try:
-            RegexParser(pattern, "UTC")
-        except ValueError as e:
-            raise lines.error(s.key("pattern"), str(e)) from None
-    if mask or rename or s.data.get("drop_fields"):
-        from shipper.parse.filters import DocTransform
-        try:
-            DocTransform(s.strings("drop_fields"), rename, mask)
-        except ValueError as e:
-            raise lines.error(s.key("mask"), str(e)) from None
     cfg = InputConfig(
         paths=paths,
         exclude=s.strings("exclude"),
@@ -421,6 +413,7 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
         max_open_files=s.integer("max_open_files", _TOP_DEFAULTS.max_open_files),
         clean_removed_after_s=s.duration("clean_removed_after", _TOP_DEFAULTS.clean_removed_after_s, positive=True),
         source=file,
+        key_lines=dict(lines.lines),
     )
     s.finish()
     return cfg

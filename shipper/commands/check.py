@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from shipper.config import load_config
+from shipper import settings
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
 from shipper.ship.template import Inspection, inspect
@@ -14,7 +14,7 @@ from shipper.tail import discovery
 
 
 def check(config_path: str) -> int:
-    cfg = load_config(config_path)
+    cfg = settings.load(config_path)
     ok = True
     print(f"config: {config_path}: valid")
     found = discovery.scan(cfg.inputs)

@@ -16,18 +16,18 @@ from typing import Any
 
 import orjson
 
+from shipper import settings
 from shipper.commands.status import daemon_running
-from shipper.config import load_config
+from shipper.control import dlq_cancel, dlq_read_answer, dlq_request
 from shipper.errors import ShipperError
 from shipper.ship import bulk as bulkproto
-from shipper.control import dlq_cancel, dlq_read_answer, dlq_request
 from shipper.spool import Spool
 
 ANSWER_WAIT_S = 30.0
 
 
 def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def list_line(it: dict[str, Any]) -> str:
@@ -62,7 +62,7 @@ def _through_daemon(state_dir: str, action: str) -> int:
 
 
 def dlq(config_path: str, action: str) -> int:
-    cfg = load_config(config_path)
+    cfg = settings.load(config_path)
     if action == "list":
         if not os.path.isdir(os.path.join(cfg.state_dir, "spool")):
             return 0

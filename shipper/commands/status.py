@@ -7,8 +7,8 @@ stopped the spool's checkpoints and queue are read read-only. `render` (pure) dr
 
 from __future__ import annotations
 
-import fcntl
 import dataclasses
+import fcntl
 import os
 import time
 import urllib.error
@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from shipper.config import Config, MetricsConfig, load_config
+from shipper import settings
+from shipper.config import Config, MetricsConfig
 from shipper.service import STATUS_FILE
 from shipper.ship.client import redact_url
 from shipper.spool import Spool
@@ -77,7 +78,7 @@ def _at_path(cp: Any) -> bool:
 
 def _stopped_files(spool: Spool) -> list[dict[str, Any]]:
     shipped = spool.shipped_offsets()
-    files = []
+    files: list[dict[str, Any]] = []
     for inc, cp in spool.checkpoints.items():
         size = None
         try:
@@ -113,7 +114,8 @@ def collect(cfg: Config) -> dict[str, Any]:
         if live is not None:
             live["running"], live["daemon"], live["source"] = True, "running", source
             return live
-    last_out = last.get("output") if isinstance(last.get("output"), dict) else {}
+    raw_out = last.get("output")
+    last_out: dict[str, Any] = raw_out if isinstance(raw_out, dict) else {}
     out: dict[str, Any] = {
         "daemon": "running" if running else "stopped", "running": running, "source": "state_dir",
         "mode": last.get("mode", "daemon"), "updated": last.get("updated"),
@@ -247,7 +249,7 @@ def status(config_path: str, as_json: bool = False, state_dir: str | None = None
     if state_dir is not None and not os.path.exists(config_path):
         cfg = Config(state_dir=os.path.expanduser(state_dir), metrics=MetricsConfig(listen=None))
     else:
-        cfg = load_config(config_path)
+        cfg = settings.load(config_path)
         if state_dir is not None:
             cfg = dataclasses.replace(cfg, state_dir=os.path.expanduser(state_dir))
     doc = collect(cfg)
