@@ -16,6 +16,10 @@ from typing import Any, Literal
 
 import yaml
 
+from shipper.config_output import DataStreamConfig as DataStreamConfig  # re-exported, as the two below
+from shipper.config_output import IndexTemplateMode as IndexTemplateMode
+from shipper.config_output import TLSConfig as TLSConfig
+from shipper.config_output import read_data_stream, read_tls
 from shipper.config_values import Lines as _Lines
 from shipper.config_values import Section as _Section
 from shipper.config_values import check_regex as _regex
@@ -63,31 +67,6 @@ class InputConfig:
     rename_fields: Mapping[str, str] = field(default_factory=dict)
     mask: Mapping[str, str] = field(default_factory=dict)
     close_inactive_s: float = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class TLSConfig:
-    verify: bool = True
-    ca_file: str | None = None
-    cert_file: str | None = None          # client certificate (PEM); may hold the key too
-    key_file: str | None = None           # its private key (PEM)
-    ca_fingerprint: str | None = None     # SHA-256 of a CA certificate in the server's chain: 64 hex digits, lower case
-
-
-IndexTemplateMode = Literal["auto", "off"]
-
-
-@dataclass(frozen=True, slots=True)
-class DataStreamConfig:
-    """`output.elasticsearch.data_stream`: documents go with `create` to `<type>-<dataset>-<namespace>`."""
-
-    type: str = "logs"
-    dataset: str = "generic"
-    namespace: str = "default"
-
-    @property
-    def name(self) -> str:
-        return f"{self.type}-{self.dataset}-{self.namespace}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,16 +127,11 @@ class Config:
 # The defaults, as the dataclasses give them: the loader reads every default from these.
 _TOP_DEFAULTS = Config()
 _ES_DEFAULTS = _TOP_DEFAULTS.output
-_TLS_DEFAULTS = _ES_DEFAULTS.tls
 _QUEUE_DEFAULTS = _TOP_DEFAULTS.queue
 _RETRY_DEFAULTS = _TOP_DEFAULTS.retry
 _METRICS_DEFAULTS = _TOP_DEFAULTS.metrics
-_DATA_STREAM_DEFAULTS = DataStreamConfig()
 _INPUT_DEFAULTS = InputConfig(paths=())
 _MULTILINE_DEFAULTS = MultilineConfig(start="")
-
-
-_DS_PART_RE = re.compile(r"[a-z0-9_.]+")   # Elastic's naming scheme: lower case, no `-` inside a part
 
 
 def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
@@ -229,49 +203,6 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     return cfg
 
 
-def _tls(t: _Section, ca: str | None, lines: _Lines) -> TLSConfig:
-    verify = t.boolean("verify", _TLS_DEFAULTS.verify)
-    cert = t.string("cert_file", None)
-    key = t.string("key_file", None)
-    for name, path in (("cert_file", cert), ("key_file", key)):
-        if path and not os.path.exists(path):
-            raise lines.error(t.key(name), f"file not found: {path}")
-    if key and not cert:
-        raise lines.error(t.key("key_file"), "is set but tls.cert_file is not")
-    if cert:
-        import ssl
-        try:
-            ssl.create_default_context().load_cert_chain(cert, key)
-        except (ssl.SSLError, OSError) as e:
-            raise lines.error(t.key("cert_file" if key is None else "key_file"),
-                              f"cannot load the client certificate and key: {e}") from None
-    fp = t.string("ca_fingerprint", None)
-    if fp:
-        try:
-            fp = parse_fingerprint(fp, t.key("ca_fingerprint"))
-        except ConfigError as e:
-            raise lines.error(e.key, e.message) from None
-        if not verify:
-            raise lines.error(t.key("ca_fingerprint"), "pins a CA, which needs tls.verify: true")
-    return TLSConfig(verify=verify, ca_file=ca, cert_file=cert, key_file=key, ca_fingerprint=fp or None)
-
-
-def _data_stream(es: _Section, lines: _Lines) -> DataStreamConfig | None:
-    if es.raw("data_stream") is None:
-        return None
-    d = _Section(es.raw("data_stream"), es.key("data_stream"), lines)
-    ds = DataStreamConfig(type=d.string("type", _DATA_STREAM_DEFAULTS.type),
-                          dataset=d.string("dataset", _DATA_STREAM_DEFAULTS.dataset),
-                          namespace=d.string("namespace", _DATA_STREAM_DEFAULTS.namespace))
-    for part in ("type", "dataset", "namespace"):
-        v = getattr(ds, part)
-        if not _DS_PART_RE.fullmatch(v) or v.startswith((".", "_")):
-            raise lines.error(d.key(part), f"expected lower-case letters, digits, `_` or `.` (no `-`), got {v!r}")
-    if len(ds.name.encode()) > 100:
-        raise lines.error(d.key("dataset"), "the data stream name would be longer than 100 bytes")
-    d.finish()
-    return ds
-
 
 def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:
     v = es.raw("index_template")
@@ -312,9 +243,9 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         ca = t.string("ca_file", None)
         if ca and not os.path.exists(ca):
             raise lines.error("output.elasticsearch.tls.ca_file", f"file not found: {ca}")
-        tls = _tls(t, ca, lines)
+        tls = read_tls(t, ca, lines)
         t.finish()
-    data_stream = _data_stream(es, lines)
+    data_stream = read_data_stream(es, lines)
     if data_stream is not None and es.data.get("index") is not None:
         raise lines.error("output.elasticsearch.index", "give either index or data_stream, not both "
                                                         "(a data stream's name is <type>-<dataset>-<namespace>)")
