@@ -24,7 +24,7 @@ from shipper.clock import SystemClock  # noqa: E402
 from shipper.config import Config, ElasticsearchConfig, InputConfig  # noqa: E402
 from shipper.events import Events  # noqa: E402
 from shipper.pipeline import Pipeline  # noqa: E402
-from shipper.spool import AsyncSpool, Spool  # noqa: E402
+from shipper.spool import AsyncSpool  # noqa: E402
 from shipper.tail import discovery  # noqa: E402
 
 
@@ -44,10 +44,10 @@ def make_files(root: Path, n: int) -> None:
 
 
 async def drain(p: Pipeline) -> None:
-    """Ack every committed record at once (no output)."""
+    """Ack every committed batch at once (no output)."""
     while p.outbox:
         meta, _ = p.outbox.popleft()
-        await p.spool.call(p.spool.spool.ack, meta.seq)
+        await p.spool.ack(meta.seq)
     p.cached_bytes = 0
     p.queue_events = p.queue_bytes = 0
 
@@ -68,7 +68,7 @@ async def run(n: int, max_open: int) -> None:
         print(f"glob + stat: {len(found)} files in {dt * 1000:.0f} ms = {len(found) / dt:,.0f} files/s")
 
         rss0 = rss_mib()
-        spool = AsyncSpool(Spool(cfg.state_dir))
+        spool = await AsyncSpool.open(cfg.state_dir)
         p = Pipeline(cfg, spool, Events(), SystemClock(), host_name="bench")
         t = time.perf_counter()
         await p.rescan()

@@ -27,7 +27,15 @@ sys.path.insert(0, BENCH_DIR)
 
 from gen import DEFAULT_SEED, PinoGenerator  # noqa: E402
 from run import (  # noqa: E402
-    OUT_DIR, REPO_DIR, TreeSampler, _find_target, _has_exited, _tail, machine_info, print_folded, shipper_config,
+    OUT_DIR,
+    REPO_DIR,
+    TreeSampler,
+    _find_target,
+    _has_exited,
+    _tail,
+    machine_info,
+    print_folded,
+    shipper_config,
     stop_system,
 )
 from sink import SinkProcess  # noqa: E402

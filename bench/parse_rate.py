@@ -11,7 +11,7 @@ import argparse
 import calendar
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from shipper.model import Line
 from shipper.parse.multiline import MultilineAggregator

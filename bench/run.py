@@ -68,7 +68,7 @@ def machine_info() -> dict[str, Any]:
         "cpu": model,
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "loadavg": load,
     }
 

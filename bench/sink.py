@@ -251,7 +251,7 @@ class Sink:
             self._waiters.append(entry)
             try:
                 await asyncio.wait_for(fut, timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             finally:
                 if entry in self._waiters:

@@ -29,18 +29,41 @@
  *
  * The scan of a batch runs without the GIL (the bytes are immutable and `events` is owned by the
  * caller), so the spool thread's Python runs meanwhile on the other core.
+ *
+ * Bytes that any writer of a watched file controls reach the scan, so its cost is linear in the
+ * line whatever the line holds: duplicate keys are found through a hash table whose probes are
+ * capped (a crowded table hands the line over), numbers past MAX_NUMBER_BYTES are handed over,
+ * and the range of `time` is clamped to years 1970..9999 (a 4-digit @timestamp year).
+ *
+ * Built with -DSHIPPER_SCAN_ONLY this file is the scan alone, without Python (fuzz/scan_fuzz.c);
+ * with -DSHIPPER_NO_SIMD the string scan is the scalar loop only.
  */
+#ifdef SHIPPER_SCAN_ONLY
+#include <stddef.h>
+typedef ptrdiff_t Py_ssize_t;
+#else
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#endif
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
-#ifdef __SSE2__
+#if defined(__SSE2__) && !defined(SHIPPER_NO_SIMD)
+#define USE_SSE2 1
 #include <emmintrin.h>
 #endif
 
 #define MAX_DEPTH 64
 #define MAX_KEYS 1024          /* keys of all the objects open at once */
 #define MAX_RESERVED 64
+#define KEY_BITS 12
+#define KEY_SLOTS (1 << KEY_BITS)  /* the key table: 4x MAX_KEYS, linear probing at load <= 1/4 */
+#define MAX_PROBES 16          /* slots one key may visit; more: crafted collisions, the fallback's */
+/* Longer number tokens are the fallback's, which re-serialises them (at most 24 bytes): passed
+ * through verbatim they could pass Elasticsearch's limit (Jackson's max number length, 1,000). */
+#define MAX_NUMBER_BYTES 100
+/* 10000-01-01T00:00:00Z in epoch ms: `time` at or past it has no 4-digit year */
+#define MS_YEAR_10000 253402300800000LL
 
 typedef struct {
     const unsigned char *p;
@@ -48,10 +71,18 @@ typedef struct {
 } span_t;
 
 typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+    uint32_t tag;              /* low bits of the key's hash, compared before the bytes */
+    uint32_t slot;             /* where it sits in the table */
+} keyent_t;
+
+typedef struct {
     const unsigned char *s;    /* cursor */
     const unsigned char *e;    /* end of the line */
-    span_t keys[MAX_KEYS];
+    keyent_t keys[MAX_KEYS];   /* a stack: the keys of the objects open, outermost first */
     int nkeys;
+    uint16_t slots[KEY_SLOTS]; /* 0 or 1 + the index in keys; zeroed before the first line */
 } parser_t;
 
 /* What the scan of one line found; ok == 0: the fallback takes it. */
@@ -69,6 +100,14 @@ typedef struct {
     int n;
     long long ms_min, ms_max;
 } rules_t;
+
+/* The range of `time` the scan takes, within years 1970..9999 whatever the caller asks: fmt_ts
+ * writes a 4-digit year, and a fifth digit would shift a tab, a newline or a quote into the
+ * bulk body. */
+static void set_time_range(rules_t *R, long long ms_min, long long ms_max) {
+    R->ms_min = ms_min < 0 ? 0 : ms_min > MS_YEAR_10000 ? MS_YEAR_10000 : ms_min;
+    R->ms_max = ms_max > MS_YEAR_10000 ? MS_YEAR_10000 : ms_max < R->ms_min ? R->ms_min : ms_max;
+}
 
 /* 1: byte needs a closer look inside a string ('"', '\\', < 0x20, >= 0x80) */
 static unsigned char string_stop[256];
@@ -98,7 +137,7 @@ static int parse_string(parser_t *P, int *escaped) {
     const unsigned char *s = P->s + 1, *e = P->e;
     *escaped = 0;
     for (;;) {
-#ifdef __SSE2__
+#ifdef USE_SSE2
         /* 16 bytes at a time: '"', '\\', and (as signed bytes below 0x20) controls and non-ASCII */
         const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
         while (e - s >= 16) {
@@ -182,8 +221,11 @@ static int parse_string(parser_t *P, int *escaped) {
  * refuses infinity). *is_int and *value describe integers within long long; larger ones get
  * *is_int = 0, which only means "not a pino time or level" to the callers. */
 static int parse_number(parser_t *P, int *is_int, long long *value) {
-    const unsigned char *s = P->s, *e = P->e;
-    int neg = 0, int_digits = 0, has_frac = 0, overflow = 0;
+    /* the scan stops one byte past MAX_NUMBER_BYTES: a token that reaches that end is too long
+     * (handed over below, or refused where it was cut), and a shorter one reads as if unbounded */
+    const unsigned char *s = P->s, *e = P->e - P->s > MAX_NUMBER_BYTES ? P->s + MAX_NUMBER_BYTES + 1 : P->e;
+    int neg = 0, has_frac = 0, overflow = 0;
+    Py_ssize_t int_digits = 0;     /* <= MAX_NUMBER_BYTES; never an int that a long run could wrap */
     uint64_t v = 0;
     if (s < e && *s == '-') {
         neg = 1;
@@ -216,7 +258,7 @@ static int parse_number(parser_t *P, int *is_int, long long *value) {
         while (s < e && *s >= '0' && *s <= '9')
             s++;
     }
-    long exp10 = 0;
+    long long exp10 = 0;
     int has_exp = 0;
     if (s < e && (*s == 'e' || *s == 'E')) {
         has_exp = 1;
@@ -237,8 +279,10 @@ static int parse_number(parser_t *P, int *is_int, long long *value) {
         if (eneg)
             exp10 = -exp10;
     }
+    if (s - P->s > MAX_NUMBER_BYTES)
+        return 0;
     if (has_frac || has_exp) {
-        if (int_digits + exp10 > 300)
+        if ((long long)int_digits + exp10 > 300)
             return 0;  /* near or past DBL_MAX: orjson may refuse it as infinity */
         *is_int = 0;
     } else {
@@ -260,6 +304,35 @@ static int literal(parser_t *P, const char *word, Py_ssize_t n) {
     return 1;
 }
 
+/* The key table: the keys of the objects open at once, found by hash. A fixed hash is enough:
+ * an input crafted to collide only fills MAX_PROBES slots, and the line goes to the fallback. */
+static inline uint64_t key_hash(const unsigned char *k, Py_ssize_t n) {
+    uint64_t h = 0x243F6A8885A308D3ull ^ (uint64_t)n, w;
+    while (n >= 8) {
+        memcpy(&w, k, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+        k += 8;
+        n -= 8;
+    }
+    if (n > 0) {
+        w = 0;
+        memcpy(&w, k, (size_t)n);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+    }
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 32);
+}
+
+/* Drop keys[base..] from the table, newest first: with linear probing that leaves the table
+ * exactly as it was before they were put in. */
+static inline void pop_keys(parser_t *P, int base) {
+    for (int i = P->nkeys - 1; i >= base; i--)
+        P->slots[P->keys[i].slot] = 0;
+    P->nkeys = base;
+}
+
 /* A member's key at P->s and the ':' after it. The key is unescaped (an escaped key may equal
  * another spelled plainly: the fallback's) and none of keys[base..] (a duplicate: Elasticsearch
  * refuses it, orjson keeps the last); it is pushed onto keys. Leaves P->s on the value. */
@@ -272,14 +345,28 @@ static int take_key(parser_t *P, int base, const unsigned char **key, Py_ssize_t
     if (!parse_string(P, &escaped) || escaped)
         return 0;
     Py_ssize_t kn = P->s - 1 - k;
-    for (int i = base; i < P->nkeys; i++)
-        if (P->keys[i].n == kn && (kn == 0 || P->keys[i].p[0] == k[0]) && memcmp(P->keys[i].p, k, (size_t)kn) == 0)
-            return 0;
     if (P->nkeys >= MAX_KEYS)
         return 0;
-    P->keys[P->nkeys].p = k;
-    P->keys[P->nkeys].n = kn;
+    uint64_t h = key_hash(k, kn);
+    uint32_t tag = (uint32_t)h, slot = (uint32_t)(h >> (64 - KEY_BITS));
+    for (int probe = 1;; probe++) {
+        int at = P->slots[slot];
+        if (at == 0)
+            break;
+        const keyent_t *o = &P->keys[at - 1];
+        if (at - 1 >= base && o->tag == tag && o->n == kn && memcmp(o->p, k, (size_t)kn) == 0)
+            return 0;  /* a duplicate in this object (keys below base are the enclosing objects') */
+        if (probe >= MAX_PROBES)
+            return 0;
+        slot = (slot + 1) & (KEY_SLOTS - 1);
+    }
+    keyent_t *ke = &P->keys[P->nkeys];
+    ke->p = k;
+    ke->n = kn;
+    ke->tag = tag;
+    ke->slot = slot;
     P->nkeys++;
+    P->slots[slot] = (uint16_t)P->nkeys;
     skip_ws(P);
     if (P->s >= P->e || *P->s != ':')
         return 0;
@@ -323,7 +410,7 @@ static int parse_object(parser_t *P, int depth) {
         if (!take_key(P, base, &k, &kn) || !parse_value(P, depth + 1))
             return 0;
     } while ((more = after_item(P, '}')) == 1);
-    P->nkeys = base;
+    pop_keys(P, base);
     return more == 2;
 }
 
@@ -370,9 +457,9 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
     out->ok = 0;
     if (len < 2 || data[0] != '{')
         return;
+    pop_keys(P, 0);   /* what a line handed over left in the table */
     P->s = data;
     P->e = data + len;
-    P->nkeys = 0;
     int escaped, is_int, more, have_time = 0, has_message = 0;
     long long v;
     const unsigned char *k;
@@ -467,7 +554,8 @@ static inline void two(char *w, int v) {
     w[1] = (char)('0' + v % 10);
 }
 
-/* `"}}\n{"@timestamp":"YYYY-MM-DDTHH:MM:SS.mmmZ"`: 44 bytes; epoch ms >= 0 */
+/* `"}}\n{"@timestamp":"YYYY-MM-DDTHH:MM:SS.mmmZ"`: 44 bytes; epoch ms in 0..MS_YEAR_10000 - 1
+ * (set_time_range) */
 #define TS_LEN 44
 static void fmt_ts(char *w, long long ms) {
     long long sec = ms / 1000;
@@ -516,6 +604,8 @@ static const char *LEVEL_TEXT[7] = {NULL, ",\"level\":\"trace\"}", ",\"level\":\
 static const char MSG_KEY[] = ",\"message\":";
 static const char LEVEL_KEY[] = ",\"level\":";
 
+#ifndef SHIPPER_SCAN_ONLY
+
 static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *events_arg, *events, *out, *head, *prefix_for, *fallback, *reserved;
     const char *inc, *mid, *tail;
@@ -530,8 +620,7 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     }
     rules_t R;
-    R.ms_min = ms_min < 0 ? 0 : ms_min;
-    R.ms_max = ms_max;
+    set_time_range(&R, ms_min, ms_max);
     R.n = (int)PyTuple_GET_SIZE(reserved);
     if (R.n > MAX_RESERVED) {
         PyErr_SetString(PyExc_ValueError, "too many reserved keys");
@@ -556,29 +645,40 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
     scan_t *scans = PyMem_Malloc(sizeof(scan_t) * (size_t)(n ? n : 1));
     const unsigned char **datas = PyMem_Malloc(sizeof(*datas) * (size_t)(n ? n : 1));
     Py_ssize_t *lens = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
-    parser_t *P = PyMem_Malloc(sizeof(parser_t));
-    if (!scans || !datas || !lens || !P) {
+    long long *starts = PyMem_Malloc(sizeof(long long) * (size_t)(n ? n : 1));
+    parser_t *P = PyMem_Calloc(1, sizeof(parser_t));   /* the key table starts empty */
+    if (!scans || !datas || !lens || !starts || !P) {
         PyMem_Free(scans);
         PyMem_Free(datas);
         PyMem_Free(lens);
+        PyMem_Free(starts);
         PyMem_Free(P);
         Py_DECREF(events);
         return PyErr_NoMemory();
     }
-    /* what needs the GIL: reading the tuples */
+    /* what needs the GIL: reading the tuples. An offset outside 0..2**63-1 (no file has one) is
+     * the fallback's too, which writes any int. */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
         datas[i] = NULL;
         if (!PyTuple_Check(ev) || PyTuple_GET_SIZE(ev) != 4)
             continue;
-        PyObject *data = PyTuple_GET_ITEM(ev, 2), *flags = PyTuple_GET_ITEM(ev, 3);
-        if (!PyBytes_Check(data) || !PyLong_CheckExact(flags) || PyLong_AsLong(flags) != 0
-                || !PyLong_CheckExact(PyTuple_GET_ITEM(ev, 0)))
+        PyObject *data = PyTuple_GET_ITEM(ev, 2), *flags = PyTuple_GET_ITEM(ev, 3), *st = PyTuple_GET_ITEM(ev, 0);
+        if (!PyBytes_Check(data) || !PyLong_CheckExact(flags) || !PyLong_CheckExact(st))
+            continue;
+        int ovf = 0;   /* AndOverflow: no OverflowError left pending for a huge int */
+        long fl = PyLong_AsLongAndOverflow(flags, &ovf);
+        if (fl != 0 || ovf)
+            continue;
+        long long start = PyLong_AsLongLongAndOverflow(st, &ovf);
+        if (ovf || start < 0)
             continue;
         datas[i] = (const unsigned char *)PyBytes_AS_STRING(data);
         lens[i] = PyBytes_GET_SIZE(data);
+        starts[i] = start;
     }
-    PyErr_Clear();
+    if (PyErr_Occurred())
+        PyErr_Clear();   /* not reached for exact ints; an event with one is the fallback's anyway */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         if (datas[i] == NULL)
@@ -629,13 +729,7 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
             }
             hd = cached_head;
         }
-        long long start = PyLong_AsLongLong(PyTuple_GET_ITEM(ev, 0));
-        if (start < 0) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "negative offset");
-            failed = 1;
-            break;
-        }
+        long long start = starts[i];
         char sb[24];
         int sb_n = fmt_uint(sb, start);
         const char *lv;
@@ -693,6 +787,7 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
     PyMem_Free(scans);
     PyMem_Free(datas);
     PyMem_Free(lens);
+    PyMem_Free(starts);
     if (failed)
         return NULL;
     return PyLong_FromLongLong(total);
@@ -705,7 +800,8 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
  * rules' reference in Python): every complete line of carry + chunk as (start, end, data, flags),
  * head NULs dropped (start moves past them), a trailing '\r' dropped, empty lines skipped, lines
  * past `limit` cut to it and flagged; `pos` after the last newline, and where the unterminated
- * tail starts in `chunk` (0 when there is no newline: the tail is then carry + chunk). */
+ * tail starts in `chunk` (0 when there is no newline: the tail is then carry + chunk). `chunk`
+ * and `carry` are any bytes-like objects (bytes, bytearray, memoryview); the lines are bytes. */
 static PyObject *emit_line(PyObject *out, const char *a, Py_ssize_t an, const char *b, Py_ssize_t bn,
                            long long *pos, PyObject **end_obj, Py_ssize_t limit, long truncated) {
     Py_ssize_t n = an + bn, k = 0;
@@ -773,20 +869,26 @@ static PyObject *emit_line(PyObject *out, const char *a, Py_ssize_t an, const ch
 }
 
 static PyObject *split_lines(PyObject *Py_UNUSED(self), PyObject *args) {
-    const char *c, *carry;
-    Py_ssize_t cn, carry_n, limit;
+    Py_buffer cb, carry_b;   /* any bytes-like chunk (bytes, bytearray, memoryview); lines are bytes */
     long long pos;
+    Py_ssize_t limit;
     long truncated;
-    if (!PyArg_ParseTuple(args, "y#y#Lnl", &c, &cn, &carry, &carry_n, &pos, &limit, &truncated))
+    if (!PyArg_ParseTuple(args, "y*y*Lnl", &cb, &carry_b, &pos, &limit, &truncated))
         return NULL;
+    PyObject *res = NULL, *out = NULL, *end_obj = NULL;
+    const char *c = cb.buf, *carry = carry_b.buf;
+    Py_ssize_t cn = cb.len, carry_n = carry_b.len;
     if (limit < 1) {
         PyErr_SetString(PyExc_ValueError, "limit must be positive");
-        return NULL;
+        goto done;
     }
-    PyObject *out = PyList_New(0);
+    if (pos < 0 || pos > LLONG_MAX - cn - carry_n - 1) {
+        PyErr_SetString(PyExc_OverflowError, "offset out of range");   /* LineSplitter loops in Python there */
+        goto done;
+    }
+    out = PyList_New(0);
     if (out == NULL)
-        return NULL;
-    PyObject *end_obj = NULL;
+        goto done;
     const char *p = c, *end = c + cn;
     int first = 1;
     for (;;) {
@@ -796,15 +898,17 @@ static PyObject *split_lines(PyObject *Py_UNUSED(self), PyObject *args) {
         PyObject *r = first ? emit_line(out, carry, carry_n, p, nl - p, &pos, &end_obj, limit, truncated)
                             : emit_line(out, NULL, 0, p, nl - p, &pos, &end_obj, limit, truncated);
         if (r == NULL) {
-            Py_XDECREF(end_obj);
-            Py_DECREF(out);
-            return NULL;
+            Py_CLEAR(out);
+            goto done;
         }
         first = 0;
         p = nl + 1;
     }
+    res = Py_BuildValue("(NLn)", out, pos, (Py_ssize_t)(p - c));
+done:
     Py_XDECREF(end_obj);
-    PyObject *res = Py_BuildValue("(NLn)", out, pos, (Py_ssize_t)(p - c));
+    PyBuffer_Release(&cb);
+    PyBuffer_Release(&carry_b);
     return res;
 }
 
@@ -821,3 +925,5 @@ PyMODINIT_FUNC PyInit__native(void) {
     init_tables();
     return PyModule_Create(&module);
 }
+
+#endif /* SHIPPER_SCAN_ONLY */

@@ -41,11 +41,27 @@ Format = Literal["auto", "json", "text", "regex"]
 StartAt = Literal["beginning", "end"]
 
 
+# max_line_bytes' upper bound, 64MiB: a longer line could not be indexed anyway (Elasticsearch
+# refuses a request over http.max_content_length, 100mb by default, and a line's document is
+# larger than the line: added fields, JSON escapes), every line is held whole in memory on its
+# way, and it keeps lengths far below the 2**31 where 32-bit counters of C parsers wrap.
+MAX_LINE_BYTES_LIMIT = (64 * 1024 * 1024, "64MiB: a longer line could not be indexed, Elasticsearch refuses "
+                        "requests over 100mb by default, and each line is held whole in memory")
+
+
 @dataclass(frozen=True, slots=True)
 class MultilineConfig:
     start: str
     max_lines: int = 500
     timeout_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class JournaldConfig:
+    """`inputs[].journald`: the systemd journal instead of `paths`."""
+
+    directory: str | None = None          # None: the system journal; else a directory of journal files
+    units: tuple[str, ...] = ()           # only entries of these units (_SYSTEMD_UNIT); () = every entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,7 @@ class InputConfig:
     rename_fields: Mapping[str, str] = field(default_factory=dict)
     mask: Mapping[str, str] = field(default_factory=dict)
     close_inactive_s: float = 300.0
+    journald: JournaldConfig | None = None    # set: a journald input (and `paths` is empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +151,36 @@ _INPUT_DEFAULTS = InputConfig(paths=())
 _MULTILINE_DEFAULTS = MultilineConfig(start="")
 
 
+def _journald(s: _Section, lines: _Lines) -> JournaldConfig | None:
+    """`journald:` of an input; an input has exactly one of `paths` and `journald`."""
+    if not s.has("journald"):
+        return None
+    if s.has("paths"):
+        raise lines.error(s.key("journald"), "an input has either paths or journald, not both")
+    raw = s.raw("journald")
+    j = _Section({} if raw is None else raw, s.key("journald"), lines)
+    directory = j.string("directory", None)
+    if directory is not None:
+        directory = os.path.expanduser(directory)
+        if not os.path.isabs(directory):
+            raise lines.error(j.key("directory"), f"must be an absolute path, got {directory!r}")
+    units = j.strings("units")
+    for i, u in enumerate(units):
+        if not u or "/" in u or any(c.isspace() for c in u):
+            raise lines.error(f"{j.key('units')}[{i}]", f"expected a unit name such as app.service, got {u!r}")
+    j.finish()
+    for key in ("exclude", "scan_interval", "close_inactive"):
+        if s.has(key):
+            raise lines.error(s.key(key), "applies to paths only, not to a journald input")
+    return JournaldConfig(directory=directory, units=units)
+
+
 def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     s = _Section(data, path, lines)
+    journald = _journald(s, lines)
     paths = s.strings("paths")
-    if not paths:
-        raise lines.error(s.key("paths"), "at least one glob is required")
+    if not paths and journald is None:
+        raise lines.error(s.key("paths"), "at least one glob is required (or journald: for the systemd journal)")
     for p in paths:
         if not os.path.isabs(os.path.expanduser(p)):
             raise lines.error(s.key("paths"), f"globs must be absolute paths, got {p!r}")
@@ -190,7 +232,8 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         start_at=start_at,
         scan_interval_s=s.duration("scan_interval", _INPUT_DEFAULTS.scan_interval_s, positive=True),
         index=s.string("index", None),
-        max_line_bytes=s.size("max_line_bytes", _INPUT_DEFAULTS.max_line_bytes, minimum=16),
+        max_line_bytes=s.size("max_line_bytes", _INPUT_DEFAULTS.max_line_bytes, minimum=16,
+                              maximum=MAX_LINE_BYTES_LIMIT),
         timezone="UTC" if tz == "utc" else tz,
         include_lines=include_lines,
         exclude_lines=exclude_lines,
@@ -198,6 +241,7 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         rename_fields=rename,
         mask=mask,
         close_inactive_s=s.duration("close_inactive", _INPUT_DEFAULTS.close_inactive_s, positive=True),
+        journald=journald,
     )
     s.finish()
     return cfg

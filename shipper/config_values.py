@@ -204,10 +204,13 @@ class Section:
         except ConfigError as e:
             raise self.lines.error(self.key(name), e.message) from None
 
-    def size(self, name: str, default: int, minimum: int = 0) -> int:
+    def size(self, name: str, default: int, minimum: int = 0, maximum: tuple[int, str] | None = None) -> int:
+        """`maximum`: (bytes, why), the why said in the error."""
         v = int(self.wrap(name, parse_size, default))
         if v < minimum:
             raise self.lines.error(self.key(name), f"must be at least {minimum} bytes")
+        if maximum is not None and v > maximum[0]:
+            raise self.lines.error(self.key(name), f"must be at most {maximum[0]} bytes ({maximum[1]})")
         return v
 
     def duration(self, name: str, default: float, positive: bool = False) -> float:

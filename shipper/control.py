@@ -1,37 +1,47 @@
-"""Dead-letter requests to a running daemon: `shipper dlq replay|purge` leaves a request file.
+"""Dead-letter requests to a running daemon: files in state_dir, left by `shipper dlq` and claimed
+by the daemon. Owns only the file protocol; the daemon's spool thread does the work.
 
-The command must not write the spool beside the daemon (its in-memory queue would not know the
-new batches), so it leaves a request file; the daemon claims it by renaming it, acts on its own
-spool thread and writes the answer. A claimed request that a crash interrupted is acted on at the
-next start (replay and purge are idempotent). One service task (`DeadLetterControl.run`) answers.
+`shipper dlq replay|purge` must not write the spool beside the daemon (its in-memory queue would
+not know the new batches), so it leaves a request file; the daemon claims it by renaming it,
+acts through its own spool and writes the answer. A claimed request that a crash interrupted is
+acted on at the next start (replay and purge are idempotent). File names and contents are the
+ones earlier versions used, so a command and a daemon of different versions still understand
+each other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, Literal
 
 from shipper.clock import Clock
 from shipper.events import Events
 from shipper.model import BatchMeta
-from shipper.spool.store import AsyncSpool
+from shipper.spool.aio import AsyncSpool
 from shipper.spool.writer import DiskWait
 
-CHECK_EVERY_S = 1.0           # how often the daemon looks for a request
+CHECK_EVERY_S = 1.0           # how often the daemon looks for a request (the task `DeadLetterControl.run`)
 
+DlqAction = Literal["replay", "purge"]
 
 DLQ_REQUEST = "dlq.request"
 DLQ_ANSWER = "dlq.answer"
+DLQ_ACTIONS: tuple[DlqAction, ...] = ("replay", "purge")
 
 
-def dlq_request(state_dir: str, action: str, nonce: str) -> None:
-    """Leave a request for the daemon (atomically: it never sees half a file)."""
-    path = os.path.join(state_dir, DLQ_REQUEST)
+def _write_atomically(path: str, text: str) -> None:
+    """The reader never sees half a file: written beside it, then renamed over it."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        f.write(f"{action} {nonce}\n")
+        f.write(text)
     os.replace(tmp, path)
+
+
+def dlq_request(state_dir: str, action: DlqAction, nonce: str) -> None:
+    """Leave a request for the daemon."""
+    _write_atomically(os.path.join(state_dir, DLQ_REQUEST), f"{action} {nonce}\n")
 
 
 def dlq_cancel(state_dir: str) -> bool:
@@ -43,8 +53,9 @@ def dlq_cancel(state_dir: str) -> bool:
         return False
 
 
-def dlq_claim(state_dir: str) -> tuple[str, str, str] | None:
-    """The daemon's side: (action, nonce, claimed path) of a pending request, or None."""
+def dlq_claim(state_dir: str) -> tuple[DlqAction, str, str] | None:
+    """The daemon's side: (action, nonce, claimed path) of a pending request, or None. A request
+    claimed before a crash is returned again; one with an unknown action is dropped."""
     path = os.path.join(state_dir, DLQ_REQUEST)
     claimed = path + ".claimed"
     if not os.path.exists(claimed):
@@ -57,18 +68,17 @@ def dlq_claim(state_dir: str) -> tuple[str, str, str] | None:
             action, _, nonce = f.read().strip().partition(" ")
     except OSError:
         return None
-    if action not in ("replay", "purge"):
-        os.unlink(claimed)
-        return None
-    return action, nonce, claimed
+    if action == "replay":
+        return "replay", nonce, claimed
+    if action == "purge":
+        return "purge", nonce, claimed
+    os.unlink(claimed)
+    return None
 
 
-def dlq_answer(state_dir: str, claimed: str, nonce: str, action: str, count: int) -> None:
-    path = os.path.join(state_dir, DLQ_ANSWER)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{nonce} {action} {count}\n")
-    os.replace(tmp, path)
+def dlq_answer(state_dir: str, claimed: str, nonce: str, action: DlqAction, count: int) -> None:
+    """The daemon's answer (events re-queued or purged), then the claimed request is removed."""
+    _write_atomically(os.path.join(state_dir, DLQ_ANSWER), f"{nonce} {action} {count}\n")
     try:
         os.unlink(claimed)
     except FileNotFoundError:

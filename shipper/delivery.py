@@ -8,14 +8,14 @@ is not cached is read from the spool first. Nothing leaves the queue before Elas
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from shipper.clock import Clock
 from shipper.events import Events
 from shipper.model import Batch, BatchMeta, DeadLetter
 from shipper.ship.outbox import Outbox
 from shipper.ship.sender import Sender
-from shipper.spool.store import AsyncSpool
+from shipper.spool.aio import AsyncSpool
 from shipper.spool.writer import DiskWait
 
 log = logging.getLogger("shipper.output")

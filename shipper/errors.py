@@ -45,3 +45,13 @@ class SpoolFullError(ShipperError):
     """The disk under state_dir is full: reading pauses and the commit is retried."""
 
     retryable = True
+
+
+class SpoolCorruptError(ShipperError):
+    """A stored batch does not decode (its checksum or header is wrong): names the file and the batch."""
+
+    def __init__(self, path: str, seq: int, what: str) -> None:
+        self.path = path
+        self.seq = seq
+        self.what = what
+        super().__init__(f"{path}: batch {seq}: {what}")

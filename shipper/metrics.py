@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from shipper.events import Events
+from shipper.model import JournalGap
 
 log = logging.getLogger("shipper")
 
 HELP = {
-    "shipper_events_read_total": ("counter", "Events read from files (or stdin)."),
+    "shipper_events_read_total": ("counter", "Events read from files, stdin or the journal."),
     "shipper_events_shipped_total": ("counter", "Events acknowledged by Elasticsearch (409 duplicates included)."),
     "shipper_events_dead_letter_total": ("counter", "Events rejected for good and kept in the dead-letter queue."),
     "shipper_bulk_requests_total": ("counter", "Bulk requests by HTTP status, or error when no answer came."),
@@ -30,10 +32,18 @@ HELP = {
     "shipper_files_open": ("gauge", "Files currently being tailed."),
     "shipper_backlog_eta_seconds": ("gauge", "Estimated seconds to ship the current file lag at the recent rate (-1: unknown)."),
     "shipper_start_time_seconds": ("gauge", "Unix time the process started."),
+    "shipper_journal_lag_entries": ("gauge", "Journal entries of a journald input not yet acknowledged (sequence numbers behind the newest matching entry; -1: unknown)."),
+    "shipper_journal_lag_seconds": ("gauge", "Seconds of journal time between the newest matching entry and the last acknowledged one (-1: unknown)."),
+    "shipper_journal_gaps_total": ("counter", "Gaps in a journald input: entries the journal vacuumed before they were read, or a stored cursor it no longer knows."),
+    "shipper_journal_entries_lost_total": ("counter", "Journal entries vacuumed before they were read (from sequence-number distances)."),
+    "shipper_journal_reader_restarts_total": ("counter", "Times a journald input's journalctl child ended and was started again."),
+    "shipper_journal_entries_skipped_total": ("counter", "Journal entries skipped: not JSON, no cursor, or over the size limit."),
     "shipper_bulk_latency_seconds": ("histogram", "Bulk request latency, answered requests only."),
     "shipper_bulk_docs": ("histogram", "Documents per bulk request."),
     "shipper_bulk_request_bytes": ("histogram", "Bytes per bulk request body, as sent (compressed when gzip is on)."),
 }
+JOURNAL_COUNTERS = ("shipper_journal_gaps_total", "shipper_journal_entries_lost_total",
+                    "shipper_journal_reader_restarts_total", "shipper_journal_entries_skipped_total")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DOCS_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000)
 BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
@@ -68,7 +78,8 @@ class Metrics:
                      "shipper_bulk_docs": Histogram(DOCS_BUCKETS),
                      "shipper_bulk_request_bytes": Histogram(BYTES_BUCKETS)}
         for name, (kind, _) in HELP.items():
-            if kind == "counter" and name not in ("shipper_bulk_requests_total", "shipper_bulk_items_total"):
+            if kind == "counter" and name not in ("shipper_bulk_requests_total", "shipper_bulk_items_total") \
+                    and name not in JOURNAL_COUNTERS:        # those are per input: 0 once an input starts
                 self.counters[(name, ())] = 0
         for name in ("shipper_queue_events", "shipper_queue_bytes", "shipper_bytes_at_risk",
                      "shipper_dead_letter_events", "shipper_files_open", "shipper_output_down_seconds"):
@@ -119,7 +130,7 @@ def render_prometheus(counters: dict[Any, float], gauges: dict[Any, float], hist
             fam.setdefault(name, []).append(f"{name}{_labels(labels)} {_num(v)}")
     for name, h in hist.items():
         rows = fam.setdefault(name, [])
-        for b, c in zip(h.buckets, h.counts):
+        for b, c in zip(h.buckets, h.counts, strict=True):
             rows.append(f'{name}_bucket{{le="{b:g}"}} {c}')
         rows.append(f'{name}_bucket{{le="+Inf"}} {h.count}')
         rows.append(f"{name}_sum {_num(h.sum)}")
@@ -233,6 +244,32 @@ class TelemetryEvents(Events):
 
     def spool_error(self, error: str) -> None:
         log.error("spool write failed, retrying", extra={"error": error})
+
+    def journal_started(self, key: str, cursor: str | None, argv: Sequence[str]) -> None:
+        for name in JOURNAL_COUNTERS:
+            self.m.inc(name, 0, input=key)
+        log.info("journal reader started", extra={"input": key, "cursor": cursor, "argv": list(argv)})
+
+    def journal_gap(self, key: str, gap: JournalGap) -> None:
+        log.warning("journal entries lost before they were read", extra={
+            "input": key, "reason": gap.reason, "after": gap.after, "resumed_at": gap.resumed_at,
+            "lost_entries": gap.lost_entries, "seconds": gap.seconds})
+        self.m.inc("shipper_journal_gaps_total", 1, input=key)
+        if gap.lost_entries:
+            self.m.inc("shipper_journal_entries_lost_total", gap.lost_entries, input=key)
+
+    def journal_reader_exited(self, key: str, returncode: int | None, kind: str, error: str,
+                              attempt: int, restart_in_s: float) -> None:
+        # once per episode: the first exit after output is a warning, the retries that follow are debug
+        level = logging.WARNING if attempt == 1 else logging.DEBUG
+        log.log(level, "journal reader exited", extra={"input": key, "returncode": returncode, "kind": kind,
+                                                       "error": error, "attempt": attempt,
+                                                       "restart_in_s": round(restart_in_s, 3)})
+        self.m.inc("shipper_journal_reader_restarts_total", 1, input=key)
+
+    def journal_entry_skipped(self, key: str, reason: str) -> None:
+        log.warning("journal entry skipped", extra={"input": key, "reason": reason})
+        self.m.inc("shipper_journal_entries_skipped_total", 1, input=key)
 
     def info(self, msg: str, **fields: Any) -> None:
         log.info(msg, extra=fields)

@@ -19,7 +19,11 @@ FLAG_MULTILINE_CAPPED = 2   # a multiline event reached max_lines
 
 @dataclass(slots=True)
 class Checkpoint:
-    """What the spool remembers of a file incarnation: the offset queued up to."""
+    """What the spool remembers of a file incarnation: the offset queued up to.
+
+    Owned by the file source (`sources/file_*.py`): only the source reading an incarnation changes
+    its live checkpoint (offset, fingerprint, finished); the catalog indexes it, and drafts, the
+    spool and status hold copies (`dataclasses.replace`)."""
 
     incarnation: str
     path: str
@@ -31,16 +35,41 @@ class Checkpoint:
     size: int = 0             # file size when last seen
     updated: float = 0.0      # wall time of the last change
     finished: bool = False    # the file is gone (rotated away/deleted) and read to its end
+    # a journald input's position: the cursor of the last entry queued (`offset` is its seqnum;
+    # dev, inode, fp_len are 0). Files have none.
+    cursor: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"incarnation": self.incarnation, "path": self.path, "dev": self.dev, "inode": self.inode,
-                "fp_len": self.fp_len, "fp": self.fp, "offset": self.offset, "size": self.size,
-                "updated": self.updated, "finished": self.finished}
+        d = {"incarnation": self.incarnation, "path": self.path, "dev": self.dev, "inode": self.inode,
+             "fp_len": self.fp_len, "fp": self.fp, "offset": self.offset, "size": self.size,
+             "updated": self.updated, "finished": self.finished}
+        if self.cursor is not None:
+            d["cursor"] = self.cursor
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Checkpoint":
         return cls(d["incarnation"], d["path"], d["dev"], d["inode"], d["fp_len"], d["fp"], d["offset"],
-                   d.get("size", 0), d.get("updated", 0.0), d.get("finished", False))
+                   d.get("size", 0), d.get("updated", 0.0), d.get("finished", False), d.get("cursor"))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    """A batch in the spool: one bulk request, stored (gzip-compressed once, or plain) until acked.
+
+    `covers` maps each file incarnation the batch has lines of to the byte range (start, end)
+    they were read from; a file counts as shipped up to an offset only when no queued batch
+    covers anything below it. Sizes are the NDJSON body's (`raw_bytes`) and what is stored and
+    posted (`stored_bytes`). `at` is the wall time it was queued.
+    """
+
+    seq: int
+    events: int
+    raw_bytes: int
+    stored_bytes: int
+    gzipped: bool
+    covers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +80,6 @@ class DeadLetter:
     document: bytes           # the document's JSON source
     at: float                 # wall time
     doc_id: str = ""
-
-
-@dataclass(slots=True)
-class BatchMeta:
-    """A queued batch (what goes out in one bulk request), as the spool stores it: its sequence
-    number, document count, sizes, encoding and the file ranges (incarnation -> start, end) it covers."""
-
-    seq: int
-    events: int
-    raw_bytes: int
-    stored_bytes: int
-    gzipped: bool
-    covers: dict[str, tuple[int, int]] = field(default_factory=dict)
-    at: float = 0.0
 
 
 @dataclass(slots=True)
@@ -112,6 +127,46 @@ class FileStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class JournalStatus:
+    """One journald input in `shipper status` (SPEC: directory, units, cursor, lag_entries).
+
+    `cursor` is the position queued (what a restart resumes from), `shipped_cursor` the one below
+    which everything is acknowledged (None: not known in this process); lags are measured from
+    the acknowledged position to the journal's newest matching entry (None: not known)."""
+
+    key: str
+    directory: str | None
+    units: tuple[str, ...]
+    cursor: str | None
+    shipped_cursor: str | None
+    lag_entries: int | None
+    lag_seconds: float | None
+    entries_read: int
+    gaps: int
+    entries_lost: int
+    reader_restarts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"directory": self.directory, "units": list(self.units), "cursor": self.cursor,
+                "lag_entries": self.lag_entries, "lag_seconds": self.lag_seconds, "key": self.key,
+                "shipped_cursor": self.shipped_cursor, "entries_read": self.entries_read, "gaps": self.gaps,
+                "entries_lost": self.entries_lost, "reader_restarts": self.reader_restarts}
+
+
+@dataclass(frozen=True, slots=True)
+class JournalGap:
+    """Journal entries lost before they were read (vacuumed, or a cursor journalctl cannot seek
+    to). `lost_entries` comes from the sequence-number distance (None: unknown); `seconds` is how
+    far the journal's realtime jumped. `reason`: vacuumed | cursor_invalid | seqnum_jump."""
+
+    reason: str
+    after: str                       # the last cursor read (or stored) before the gap
+    resumed_at: str | None           # the first cursor read after it; None: none yet
+    lost_entries: int | None
+    seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineStatus:
     """What the running pipeline shows `monitor.Monitor`, `/status` and `shipper status`."""
 
@@ -129,6 +184,7 @@ class PipelineStatus:
     paused: bool
     in_flight: int
     drained: bool             # nothing read, queued or in flight is waiting
+    journald: tuple[JournalStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

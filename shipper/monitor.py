@@ -9,7 +9,8 @@ import logging
 import os
 import time
 from collections import deque
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from shipper.logs import redact
 from shipper.metrics import Metrics, TelemetryEvents
@@ -133,6 +134,9 @@ class Monitor:
         m.set("shipper_queue_events", p.queue_events)
         m.set("shipper_queue_bytes", p.queue_bytes)
         m.set("shipper_dead_letter_events", p.dead_letters)
+        for j in p.journald:
+            m.set("shipper_journal_lag_entries", -1 if j.lag_entries is None else j.lag_entries, input=j.key)
+            m.set("shipper_journal_lag_seconds", -1 if j.lag_seconds is None else round(j.lag_seconds, 3), input=j.key)
         down = self.down_for_s(p, now)
         m.set("shipper_output_down_seconds", round(down, 1) if down is not None else 0)
         eta = self._total_eta(files, p.queue_events)
@@ -178,6 +182,7 @@ class Monitor:
             "daemon": "running", "running": True, "mode": self.mode, "pid": os.getpid(),
             "updated": time.time(), "started": self.started,
             "files": files,
+            "journald": [j.to_dict() for j in p.journald] if p else [],
             "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0},
             "dead_letter": p.dead_letters if p else 0,
             "output": {"up": bool(p.output_up) if p else False,

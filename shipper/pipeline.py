@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from shipper.clock import Clock
 from shipper.config import Config
@@ -26,7 +27,9 @@ from shipper.ship import bulk as bulkproto
 from shipper.ship.outbox import Outbox
 from shipper.ship.sender import Sender
 from shipper.sources.base import Room, Source
-from shipper.spool.store import AsyncSpool, SpoolContents
+from shipper.sources.journal_source import JournaldSource
+from shipper.spool.aio import AsyncSpool
+from shipper.spool.contents import SpoolContents
 from shipper.spool.writer import DiskWait, RecordWriter
 
 log = logging.getLogger("shipper.pipeline")
@@ -254,6 +257,7 @@ class Pipeline:
         shipped = self.outbox.shipped_offsets()
         writing = self.writer.writing()
         files = [row for s in [*self.sources, *extra] for row in s.status(shipped, writing)]
+        journald = tuple(s.journal_status(shipped, writing) for s in self.sources if isinstance(s, JournaldSource))
         ob = self.outbox
         snd = self.sender
         return PipelineStatus(
@@ -264,4 +268,4 @@ class Pipeline:
             read_total=sum(getattr(s, "read_total", 0) for s in self.sources), shipped_total=ob.shipped_total,
             paused=ob.paused, in_flight=ob.in_flight,
             drained=ob.queue_events == 0 and self.writer.draft.empty() and not self.writer.committing
-            and not ob.in_flight)
+            and not ob.in_flight, journald=journald)

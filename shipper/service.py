@@ -7,6 +7,7 @@ then inputs), starts it, stops it and swaps it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import logging
 import os
@@ -21,17 +22,19 @@ from shipper import native, sdnotify, settings
 from shipper.clock import Clock, SystemClock
 from shipper.config import Config, InputConfig
 from shipper.errors import ConfigError, ShipperError
+from shipper.events import Events
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
-from shipper.monitor import Monitor
-from shipper.events import Events
 from shipper.model import PipelineStatus
+from shipper.monitor import Monitor
 from shipper.pipeline import Pipeline
 from shipper.ship.sender import Sender
 from shipper.ship.template import guard_first_bulk
 from shipper.sources.files import FileSource
+from shipper.sources.journal_source import JournaldSource, is_journal_checkpoint
+from shipper.sources.journald import JournalReaderConfig
 from shipper.sources.stdin import StdinSource
-from shipper.spool import AsyncSpool, Spool, SpoolContents
+from shipper.spool import AsyncSpool, SpoolContents
 
 log = logging.getLogger("shipper")
 
@@ -81,7 +84,7 @@ def write_status(state_dir: str, doc: dict[str, Any]) -> None:
 
 async def open_state(state_dir: str) -> AsyncSpool:
     """The spool (queue, checkpoints, dead letters), opened off the loop."""
-    return AsyncSpool(await asyncio.to_thread(Spool, state_dir))
+    return await AsyncSpool.open(state_dir)
 
 
 async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock, host_name: str | None = None,
@@ -102,12 +105,26 @@ def assemble(cfg: Config, spool: AsyncSpool, contents: SpoolContents, events: Ev
     source: FileSource | StdinSource
     if stdin is not None:
         source = StdinSource(stdin[0], cfg.output.index, host, p.writer, events, clock, stdin[1])
-    else:
-        files = FileSource(cfg, contents.checkpoints, p.writer, events, clock, host)
+        p.add_source(source)
+        return p, source
+    # files see only the file inputs and their checkpoints; each journald input is a source of
+    # its own, resuming from the checkpoint stored under its journal key
+    journal_cps = {cp.incarnation: cp for cp in contents.checkpoints if is_journal_checkpoint(cp)}
+    file_cfg = cfg if not journal_cps and all(i.journald is None for i in cfg.inputs) else \
+        dataclasses.replace(cfg, inputs=tuple(i for i in cfg.inputs if i.journald is None))
+    file_cps = [cp for cp in contents.checkpoints if cp.incarnation not in journal_cps]
+    files = FileSource(file_cfg, file_cps, p.writer, events, clock, host)
+    if file_cfg is cfg:
         p.writer.checkpoints_written.append(files.index_written)
-        source = files
-    p.add_source(source)
-    return p, source
+    else:
+        p.writer.checkpoints_written.append(
+            lambda cps: files.index_written([cp for cp in cps if not is_journal_checkpoint(cp)]))
+    p.add_source(files)
+    for idx, inp in enumerate(cfg.inputs):
+        if inp.journald is not None:
+            key = JournalReaderConfig.from_input(inp).key
+            p.add_source(JournaldSource(cfg, idx, journal_cps.get(key), p.writer, events, clock, host))
+    return p, files
 
 
 class Service:

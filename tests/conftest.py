@@ -7,8 +7,9 @@ the helpers themselves live in tests/support/.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 from osmem_server import OsmemServer

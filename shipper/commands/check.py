@@ -1,5 +1,6 @@
-"""`shipper check`: validate the config, list the files the globs match now, try each output host,
-and judge the index templates (installed? covering the indices? a data-stream trap?)."""
+"""`shipper check`: validate the config, list the files the globs match now (for a journald input:
+whether the journal is readable and how many entries match), try each output host, and judge the
+index templates (installed? covering the indices? a data-stream trap?)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,28 @@ import asyncio
 import os
 
 from shipper import settings
+from shipper.config import InputConfig
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
 from shipper.ship.template import Inspection, inspect
+from shipper.sources.journald import check_journal
 from shipper.tail import discovery
+
+
+def journald_report(idx: int, inp: InputConfig) -> tuple[str, bool]:
+    """The line `shipper check` prints for a journald input, and whether it is well."""
+    assert inp.journald is not None
+    j = inp.journald
+    where = j.directory or "the system journal"
+    units = ", ".join(j.units) if j.units else "every unit"
+    c = check_journal(j.directory, j.units)
+    head = f"input {idx}: journald {where} ({units}; {inp.format})"
+    if not c.is_readable:
+        return f"{head}: NOT READABLE ({c.detail})", False
+    count = f"at least {c.entries}" if c.is_capped else str(c.entries)
+    note = f" ({c.detail})" if c.detail else ""
+    verb = "entry matches" if count == "1" else "entries match"
+    return f"{head}: readable, {count} {verb}{note}", True
 
 
 def check(config_path: str) -> int:
@@ -19,6 +38,11 @@ def check(config_path: str) -> int:
     print(f"config: {config_path}: valid")
     found = discovery.scan(cfg.inputs)
     for idx, inp in enumerate(cfg.inputs):
+        if inp.journald is not None:
+            line, well = journald_report(idx, inp)
+            print(line)
+            ok = ok and well
+            continue
         paths = sorted(p for p, i in found.items() if i == idx)
         print(f"input {idx}: {', '.join(inp.paths)} ({inp.format}): {len(paths)} file(s)")
         for p in paths[:50]:

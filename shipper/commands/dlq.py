@@ -18,7 +18,7 @@ import orjson
 
 from shipper import settings
 from shipper.commands.status import daemon_running
-from shipper.control import dlq_cancel, dlq_read_answer, dlq_request
+from shipper.control import DlqAction, dlq_cancel, dlq_read_answer, dlq_request
 from shipper.errors import ShipperError
 from shipper.ship import bulk as bulkproto
 from shipper.spool import Spool
@@ -40,7 +40,7 @@ def list_line(it: dict[str, Any]) -> str:
                          "document": document, "at": _iso(it["at"])}).decode()
 
 
-def _through_daemon(state_dir: str, action: str) -> int:
+def _through_daemon(state_dir: str, action: DlqAction) -> int:
     nonce = uuid.uuid4().hex
     dlq_request(state_dir, action, nonce)
     deadline = time.monotonic() + ANSWER_WAIT_S
@@ -73,13 +73,16 @@ def dlq(config_path: str, action: str) -> int:
         finally:
             spool.close()
         return 0
+    if action not in ("replay", "purge"):
+        raise ValueError(f"unknown dlq action {action!r}")
+    act: DlqAction = "replay" if action == "replay" else "purge"
     if daemon_running(cfg.state_dir):
-        return _through_daemon(cfg.state_dir, action)
+        return _through_daemon(cfg.state_dir, act)
     from shipper.service import StateLock
     try:
         lock = StateLock(cfg.state_dir)     # no daemon may start on this spool meanwhile
     except ShipperError:
-        return _through_daemon(cfg.state_dir, action)
+        return _through_daemon(cfg.state_dir, act)
     try:
         spool = Spool(cfg.state_dir)
         try:
@@ -92,8 +95,8 @@ def dlq(config_path: str, action: str) -> int:
             def bodies(items: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
                 return bulkproto.dead_letter_bodies(items, out.bulk_max_events, out.bulk_max_bytes)
 
-            records = spool.replay_dead_letters(bodies, out.compression == "gzip")
-            n = sum(m.events for m, _ in records)
+            batches = spool.replay_dead_letters(bodies, out.compression == "gzip")
+            n = sum(m.events for m, _ in batches)
             print(f"re-queued {n} dead letter(s); they are sent when the daemon runs", file=sys.stderr)
             return 0
         finally:

@@ -18,15 +18,16 @@ import re
 import signal
 import sys
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from shipper.clock import SystemClock
 from shipper import settings
+from shipper.clock import SystemClock
 from shipper.config import Config, InputConfig, MetricsConfig, parse_duration
 from shipper.errors import ConfigError
 from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
-from shipper.monitor import Monitor
 from shipper.model import PipelineStatus
+from shipper.monitor import Monitor
 from shipper.pipeline import Pipeline
 from shipper.service import STATUS_EVERY_S, StateLock, build_pipeline, open_state, register_config_secrets, write_status
 from shipper.ship.client import redact_url

@@ -49,6 +49,8 @@ _SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+:,=-]*$")
 # An Elasticsearch index name that strftime leaves alone (a Logsene token is a lowercase UUID).
 _TOKEN_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,254}$")
 _GLOB_CHARS = set("*?[")
+# A systemd unit name (systemd.unit(5)): letters, digits, ":-_.\\" and "@" for templates
+_UNIT_RE = re.compile(r"^[A-Za-z0-9:_.@\\-]{1,255}$")
 
 # what callers (and the tests) import from here; the rest lives in setup_host/setup_install/setup_render
 __all__ = ["DEFAULT_EXECUTABLE", "DEFAULT_STATE_DIR", "EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "CommandResult",
@@ -68,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("token", nargs="?", metavar="TOKEN", help="Logsene app token (used as the index name)")
     p.add_argument("globs", nargs="*", metavar="GLOB", help="absolute globs of files to ship; quote them")
+    p.add_argument("--journald", nargs="*", metavar="UNIT",
+                   help="also ship the systemd journal: entries of these units (none named: every entry); "
+                        "put it after TOKEN and the GLOBs")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--receiver", metavar="URL", help=f"Elasticsearch-compatible URL (default {LOGSENE_RECEIVER})")
     where.add_argument("--region", choices=("us", "eu"), help="pick the Logsene receiver of this region (default us)")
@@ -98,14 +103,18 @@ def parse_options(args: argparse.Namespace, root: Path | None) -> SetupOptions |
     if args.purge and not args.uninstall:
         raise UsageError("--purge only goes with --uninstall")
     if args.uninstall:
-        if args.token or args.globs:
-            raise UsageError("--uninstall takes no TOKEN or GLOB")
+        if args.token or args.globs or args.journald is not None:
+            raise UsageError("--uninstall takes no TOKEN, GLOB or --journald")
         return UninstallOptions(config_path, state_dir, args.purge)
 
+    journald = None if args.journald is None else tuple(dict.fromkeys(args.journald))
     if not args.token:
-        raise UsageError("TOKEN and at least one GLOB are required")
-    if not args.globs:
-        raise UsageError("at least one GLOB is required, e.g. '/var/log/**/*.log' (quoted)")
+        raise UsageError("TOKEN and at least one GLOB (or --journald) are required")
+    if not args.globs and journald is None:
+        raise UsageError("at least one GLOB (or --journald UNIT...) is required, e.g. '/var/log/**/*.log' (quoted)")
+    for u in journald or ():
+        if not _UNIT_RE.match(u):
+            raise UsageError(f"--journald {u!r} is not a systemd unit name (e.g. app.service)")
     if not _TOKEN_RE.match(args.token):
         raise UsageError(f"TOKEN ({mask_token(args.token)}) must be an index name: lowercase letters, "
                          "digits, '.', '_' and '-'")
@@ -130,8 +139,8 @@ def parse_options(args: argparse.Namespace, root: Path | None) -> SetupOptions |
         should_start=not args.no_start,
         is_forced=args.force,
         executable=executable,
+        journald_units=journald,
     )
-
 
 
 # ---------------------------------------------------------------- output
@@ -148,7 +157,10 @@ def _print_changes(report: Report, done: str, nothing: str) -> None:
 def _print_install_summary(opts: SetupOptions, report: Report, host: Host, root: Path | None) -> None:
     _print_changes(report, "done.", "nothing changed; this host is already set up as asked.")
     print(f"  config:    {opts.config_path} (index {mask_token(opts.token)}, receiver {opts.receiver})")
-    print(f"  inputs:    {', '.join(opts.globs)}")
+    if opts.globs:
+        print(f"  inputs:    {', '.join(opts.globs)}")
+    if opts.journald_units is not None:
+        print(f"  journald:  {', '.join(opts.journald_units) or 'every unit'} (the system journal)")
     print(f"  state dir: {opts.state_dir}")
     if opts.init == "systemd":
         print(f"  service:   {SYSTEMD_UNIT_PATH}")
@@ -203,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_uninstall_summary(report, host, root)
             return code
         unexpanded = [g for g in opts.globs if not _GLOB_CHARS & set(g)]
+        if opts.journald_units is not None and opts.init == "upstart":
+            print("note: --journald reads the systemd journal; an Upstart host has none", file=sys.stderr)
         if len(unexpanded) > 1:
             print("note: several GLOBs without wildcards: did the shell expand a glob? Quote it: "
                   "'/var/log/**/*.log'", file=sys.stderr)

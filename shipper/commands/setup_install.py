@@ -25,6 +25,7 @@ from shipper.commands.setup_host import CommandResult, Host, ServiceUser
 from shipper.commands.setup_render import (
     DEFAULT_STATE_DIR,
     HOME_TREES,
+    JOURNAL_READER_GROUP,
     LOG_READER_GROUP,
     SERVICE_NAME,
     SERVICE_USER,
@@ -68,6 +69,7 @@ class SetupOptions:
     should_start: bool
     is_forced: bool
     executable: str
+    journald_units: tuple[str, ...] | None = None   # set: a journald input for these units (() = all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,6 @@ class UninstallOptions:
     config_path: str
     state_dir: str | None  # None: the one named in the config, else the default
     should_purge: bool
-
 
 
 @dataclass
@@ -143,41 +144,52 @@ def _must(host: Host, argv: Sequence[str], what: str) -> CommandResult:
     return result
 
 
-def _ensure_service_user(host: Host, state_dir: str, report: Report) -> ServiceUser | None:
+def _ensure_service_user(host: Host, state_dir: str, report: Report,
+                         is_journald: bool = False) -> ServiceUser | None:
+    """The service user, in the group that reads /var/log (and, for journald inputs, the one that
+    reads the system journal: the unit grants it too, this is for `shipper check` run as the user)."""
+    wanted = [LOG_READER_GROUP] + ([JOURNAL_READER_GROUP] if is_journald else [])
     user = host.lookup_user(SERVICE_USER)
     if user is None:
         argv = ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", state_dir,
                 "--shell", "/usr/sbin/nologin", "--comment", "shipper log shipper"]
-        if host.is_dry_run or host.run(["getent", "group", LOG_READER_GROUP]).returncode == 0:
-            argv += ["--groups", LOG_READER_GROUP]
-        else:
+        groups = [g for g in wanted if host.is_dry_run or host.run(["getent", "group", g]).returncode == 0]
+        if groups:
+            argv += ["--groups", ",".join(groups)]
+        if LOG_READER_GROUP not in groups:
             report.notes.append(f"group {LOG_READER_GROUP} does not exist: {SERVICE_USER} reads only "
                                 "world-readable logs")
+        if is_journald and JOURNAL_READER_GROUP not in groups:
+            report.notes.append(f"group {JOURNAL_READER_GROUP} does not exist: is this a systemd host?")
         _must(host, [*argv, SERVICE_USER], f"creating the {SERVICE_USER} user")
         if host.is_dry_run:
             return None
-        report.changes.append(f"created system user {SERVICE_USER} (groups: {LOG_READER_GROUP})")
+        report.changes.append(f"created system user {SERVICE_USER} (groups: {', '.join(groups) or 'none'})")
         user = host.lookup_user(SERVICE_USER)
         if user is None:
             raise SetupError(f"useradd succeeded but user {SERVICE_USER} is still unknown")
-    elif LOG_READER_GROUP not in user.groups and host.run(["getent", "group", LOG_READER_GROUP]).returncode == 0:
-        _must(host, ["usermod", "--append", "--groups", LOG_READER_GROUP, SERVICE_USER],
-              f"adding {SERVICE_USER} to {LOG_READER_GROUP}")
-        report.changes.append(f"added {SERVICE_USER} to group {LOG_READER_GROUP}")
+    else:
+        for g in wanted:
+            if g not in user.groups and host.run(["getent", "group", g]).returncode == 0:
+                _must(host, ["usermod", "--append", "--groups", g, SERVICE_USER], f"adding {SERVICE_USER} to {g}")
+                report.changes.append(f"added {SERVICE_USER} to group {g}")
     return user
 
 
 def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
     """Bring the host to the state `opts` describe. Raises UsageError / SetupError."""
     report = Report()
-    text = render_config(opts.token, opts.globs, opts.receiver, opts.state_dir)
+    text = render_config(opts.token, opts.globs, opts.receiver, opts.state_dir, opts.journald_units)
     try:
         # env={}: the written file is exactly what the service reads, whatever our environment.
         # No file name: nothing is written yet, so a line number would point at nothing.
         cfg = settings.load_text(text, None, env={})
     except ConfigError as e:
         raise UsageError(f"the config these arguments make is invalid: {e.key}: {e.message}") from None
-    if (cfg.output.index, cfg.output.hosts, cfg.inputs[0].paths) != (opts.token, (opts.receiver,), opts.globs):
+    globs = tuple(g for inp in cfg.inputs for g in inp.paths)
+    units = next((inp.journald.units for inp in cfg.inputs if inp.journald is not None), None)
+    if (cfg.output.index, cfg.output.hosts, globs, units) != (opts.token, (opts.receiver,), opts.globs,
+                                                              opts.journald_units):
         raise UsageError("the arguments do not survive a round trip through the config loader")
 
     config_file = _on_disk(prefix, opts.config_path)
@@ -187,7 +199,7 @@ def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
         raise SetupError(f"{opts.config_path} already exists with a different configuration; "
                          f"re-run with --force to replace it (the old one is kept as {opts.config_path}.bak)")
 
-    user = _ensure_service_user(host, opts.state_dir, report)
+    user = _ensure_service_user(host, opts.state_dir, report, opts.journald_units is not None)
 
     _ensure_dir(config_file.parent, 0o755, report, f"{os.path.dirname(opts.config_path)}/")
     config_changed = existing != text
@@ -211,7 +223,7 @@ def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
     unit_changed = False
     if opts.init == "systemd":
         unit_changed = _install_file(prefix, SYSTEMD_UNIT_PATH, render_systemd_unit(
-            opts.executable, opts.config_path, opts.state_dir, opts.globs), report)
+            opts.executable, opts.config_path, opts.state_dir, opts.globs, opts.journald_units is not None), report)
     elif opts.init == "upstart":
         unit_changed = _install_file(prefix, UPSTART_JOB_PATH, render_upstart_job(
             opts.executable, opts.config_path), report)

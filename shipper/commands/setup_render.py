@@ -21,6 +21,7 @@ InitSystem = Literal["systemd", "upstart", "none"]
 SERVICE_NAME = "shipper"
 SERVICE_USER = "shipper"
 LOG_READER_GROUP = "adm"  # owns most of /var/log on Debian and Ubuntu
+JOURNAL_READER_GROUP = "systemd-journal"  # may read the whole system journal (journald inputs)
 DEFAULT_EXECUTABLE = "/usr/local/bin/shipper"
 DEFAULT_GLOBS = ("/var/log/**/*.log",)
 SYSTEMD_UNIT_PATH = "/etc/systemd/system/shipper.service"
@@ -41,16 +42,22 @@ def _yaml_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def render_config(token: str, globs: Sequence[str], receiver: str, state_dir: str) -> str:
-    """The YAML that shipper-setup writes. No timestamp, so a re-run renders the same bytes."""
+def render_config(token: str, globs: Sequence[str], receiver: str, state_dir: str,
+                  journald_units: Sequence[str] | None = None) -> str:
+    """The YAML that shipper-setup writes. No timestamp, so a re-run renders the same bytes.
+    `journald_units`: also a journald input (the system journal) for these units ([]: all)."""
+    inputs: list[str] = []
+    if globs:
+        inputs += ["  - paths:", *(f"      - {_yaml_str(g)}" for g in globs), "    exclude: ['*.gz']"]
+    if journald_units is not None:
+        units = ", ".join(_yaml_str(u) for u in journald_units)
+        inputs += ["  - journald:", f"      units: [{units}]"]
     lines = [
         "# Written by shipper-setup. The example config shipped with shipper (config/shipper.yaml)",
         "# describes every key. To replace this file, run shipper-setup again with --force.",
         f"state_dir: {_yaml_str(state_dir)}",
         "inputs:",
-        "  - paths:",
-        *(f"      - {_yaml_str(g)}" for g in globs),
-        "    exclude: ['*.gz']",
+        *inputs,
         "output:",
         "  elasticsearch:",
         f"    hosts: [{_yaml_str(receiver)}]",
@@ -66,13 +73,15 @@ def is_under(path: str, trees: tuple[str, ...]) -> bool:
 
 
 def render_systemd_unit(executable: str, config_path: str, state_dir: str,
-                        globs: Sequence[str] = DEFAULT_GLOBS) -> str:
+                        globs: Sequence[str] = DEFAULT_GLOBS, is_journald: bool = False) -> str:
     """The unit file. systemd/shipper.service in the repo is this with the defaults.
 
     ProtectHome and PrivateTmp would hide inputs under /home or /tmp without any error, so they
-    are loosened when a glob (or the state dir) lives there.
+    are loosened when a glob (or the state dir) lives there. `is_journald`: the config reads the
+    system journal, so the service also gets the group that may read all of it.
     """
     paths = [*globs, state_dir]
+    groups = f"{LOG_READER_GROUP} {JOURNAL_READER_GROUP}" if is_journald else LOG_READER_GROUP
     protect_home = "read-only" if any(is_under(p, HOME_TREES) for p in paths) else "true"
     private_tmp = "false" if any(is_under(p, TMP_TREES) for p in paths) else "true"
     return f"""\
@@ -101,7 +110,7 @@ TimeoutStopSec=30
 KillMode=mixed
 User={SERVICE_USER}
 Group={SERVICE_USER}
-SupplementaryGroups={LOG_READER_GROUP}
+SupplementaryGroups={groups}
 LimitNOFILE=65536
 # Sandbox: everything read-only but the state dir, no capabilities, no raw sockets.
 ProtectSystem=strict
@@ -164,4 +173,3 @@ def find_executable() -> str:
     if candidate.is_file() and os.access(candidate, os.X_OK):
         return str(candidate)
     return shutil.which("shipper") or DEFAULT_EXECUTABLE
-

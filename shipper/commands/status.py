@@ -21,7 +21,10 @@ from shipper import settings
 from shipper.config import Config, MetricsConfig
 from shipper.service import STATUS_FILE
 from shipper.ship.client import redact_url
-from shipper.spool import Spool
+from shipper.sources.journal import journal_key, status_entry
+from shipper.sources.journal_source import is_journal_checkpoint
+from shipper.sources.journald import JOURNALCTL, read_head_sync
+from shipper.spool import Spool, SpoolContents
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
 ASK_TIMEOUT_S = 2.0
@@ -76,10 +79,13 @@ def _at_path(cp: Any) -> bool:
     return (st.st_dev, st.st_ino) == (cp.dev, cp.inode)
 
 
-def _stopped_files(spool: Spool) -> list[dict[str, Any]]:
+def _stopped_files(spool: SpoolContents) -> list[dict[str, Any]]:
     shipped = spool.shipped_offsets()
     files: list[dict[str, Any]] = []
-    for inc, cp in spool.checkpoints.items():
+    for cp in spool.checkpoints:
+        inc = cp.incarnation
+        if is_journal_checkpoint(cp):
+            continue               # shown in `journald`
         size = None
         try:
             st = os.stat(cp.path)
@@ -97,8 +103,35 @@ def _stopped_files(spool: Spool) -> list[dict[str, Any]]:
                       "queued_offset": cp.offset, "size": size, "lag_bytes": max(0, size - off),
                       "state": "finished" if cp.finished else ("rotated" if moved else "stopped"),
                       "updated": cp.updated, "rate_bytes_per_s": None, "eta_s": None})
-    files.sort(key=lambda f: (f["path"], -f["updated"]))
+    files.sort(key=_newest_first)
     return files
+
+
+def _newest_first(row: dict[str, Any]) -> tuple[str, float]:
+    updated: Any = row["updated"]
+    return str(row["path"]), -float(updated)
+
+
+def _stopped_journald(cfg: Config, spool: SpoolContents | None) -> list[dict[str, Any]]:
+    """Each journald input with the cursor its checkpoint holds, and its lag from the journal's
+    newest matching entry (journalctl asked now); stored inputs no longer configured too."""
+    shipped = spool.shipped_offsets() if spool is not None else {}
+    cps = {cp.incarnation: cp for cp in spool.checkpoints if is_journal_checkpoint(cp)} if spool else {}
+    out = []
+    for inp in cfg.inputs:
+        if inp.journald is None:
+            continue
+        j = inp.journald
+        cp = cps.pop(journal_key(j.directory, j.units), None)
+        head = read_head_sync(JOURNALCTL, j.directory, j.units)
+        cursor = cp.cursor if cp is not None else None
+        out.append(status_entry(j.directory, j.units, cursor, head,
+                                shipped.get(cp.incarnation) if cp is not None else None))
+    for cp in cps.values():
+        directory = cp.path.removeprefix("journald:")
+        out.append({"directory": None if directory == "system" else directory, "units": [], "cursor": cp.cursor,
+                    "lag_entries": None, "lag_seconds": None, "key": cp.incarnation, "configured": False})
+    return out
 
 
 def collect(cfg: Config) -> dict[str, Any]:
@@ -114,12 +147,12 @@ def collect(cfg: Config) -> dict[str, Any]:
         if live is not None:
             live["running"], live["daemon"], live["source"] = True, "running", source
             return live
-    raw_out = last.get("output")
-    last_out: dict[str, Any] = raw_out if isinstance(raw_out, dict) else {}
+    got = last.get("output")
+    last_out: dict[str, Any] = got if isinstance(got, dict) else {}
     out: dict[str, Any] = {
         "daemon": "running" if running else "stopped", "running": running, "source": "state_dir",
         "mode": last.get("mode", "daemon"), "updated": last.get("updated"),
-        "files": [], "queue": {"events": 0, "bytes": 0}, "dead_letter": 0,
+        "files": [], "journald": [], "queue": {"events": 0, "bytes": 0}, "dead_letter": 0,
         "output": {"up": bool(last_out.get("up", False)), "last_error": last_out.get("last_error"),
                    "down_since": last_out.get("down_since"), "down_for_s": None,
                    "hosts": last_out.get("hosts", [redact_url(h) for h in cfg.output.hosts])},
@@ -127,14 +160,17 @@ def collect(cfg: Config) -> dict[str, Any]:
         "lag_bytes": 0, "eta_s": None,
     }
     if not os.path.isdir(os.path.join(state_dir, "spool")):
+        out["journald"] = _stopped_journald(cfg, None)
         return out
     spool = Spool(state_dir, read_only=True)
     try:
-        out["files"] = _stopped_files(spool)
-        out["queue"] = {"events": spool.queued_events, "bytes": spool.queued_bytes}
-        out["dead_letter"] = spool.dead_letters
+        contents = spool.contents()
     finally:
         spool.close()
+    out["files"] = _stopped_files(contents)
+    out["journald"] = _stopped_journald(cfg, contents)
+    out["queue"] = {"events": contents.queued_events, "bytes": contents.queued_bytes}
+    out["dead_letter"] = contents.dead_letters
     out["lag_bytes"] = sum(f["lag_bytes"] for f in out["files"])
     # unread bytes of files rotated away while stopped: found again by content at the next start,
     # unless logrotate deletes them first
@@ -224,9 +260,18 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
         lines.append(f"backlog: {human_bytes(doc['lag_bytes'])} not yet shipped{eta}")
     if doc.get("bytes_at_risk"):
         lines.append(f"at risk: {human_bytes(doc['bytes_at_risk'])} unread in rotated or deleted files")
+    for j in doc.get("journald") or []:
+        where = j.get("directory") or "the system journal"
+        units = ", ".join(j.get("units") or []) or "every unit"
+        lag = j.get("lag_entries")
+        behind = "lag unknown" if lag is None else f"{lag:,} entries behind"
+        if j.get("lag_seconds"):
+            behind += f" ({human_duration(j['lag_seconds'])})"
+        lines.append(f"journal: {where} ({units}): {behind}   cursor: {j.get('cursor') or 'none yet'}")
     files = doc.get("files") or []
     if not files:
-        lines.append("files:   none tracked yet")
+        if not doc.get("journald"):
+            lines.append("files:   none tracked yet")
         return "\n".join(lines) + "\n"
     rows = [("FILE", "INODE", "PROGRESS", "SHIPPED / SIZE", "LAG", "ETA")]
     for f in files:

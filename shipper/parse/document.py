@@ -3,6 +3,8 @@
 JSON lines (pino, bunyan) keep their fields; text lines become `message`; regex formats add their
 groups. Always added: @timestamp, host.name, log.file.path, log.offset, the input's fields.
 Bad input is flagged in `log.flags`, never raised. The `_id` is `<incarnation>-<offset>`.
+Sources other than files (the journal) hand in `SourceEvent`s: the same parsing, their own `_id`,
+time and fields, no `log.file.*` (`source_doc`, `build_source`).
 Valid pino lines are built in C when `shipper/_native.c` is built (`_build_native`); this file
 is the reference for what every document holds.
 """
@@ -10,6 +12,7 @@ is the reference for what every document holds.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -100,6 +103,42 @@ def _merge(doc: dict[str, Any], extra: dict[str, Any]) -> None:
         doc[k] = _copy_json(v)
 
 
+def _add_absent(doc: dict[str, Any], added: dict[str, Any]) -> None:
+    """Merge `added` (a source's own fields) where the document has nothing: objects merge, a
+    value the line already has is kept; a non-object where an object goes is kept as `original`.
+    `added`'s objects go into the document as they are (a source makes them fresh per event)."""
+    for k, v in added.items():
+        cur = doc.get(k)
+        if type(v) is dict:
+            if cur is None:
+                doc[k] = v
+            elif type(cur) is dict:
+                _add_absent(cur, v)
+            else:
+                v.setdefault("original", cur)
+                doc[k] = v
+        elif k not in doc:
+            doc[k] = v
+
+
+@dataclass(frozen=True, slots=True)
+class SourceEvent:
+    """An event of a source other than a file (the journal): its line and what the source knows.
+
+    `doc_id` is the document's `_id` (deterministic, JSON-safe: no quotes or backslashes); `time`
+    (epoch seconds) is `@timestamp` unless the parsed line gives its own; `added` holds the
+    source's fields (`{"systemd": {"unit": ...}}`, plain dicts made for this event: the document
+    takes them over), merged where the line has nothing;
+    `host_name` is `host.name` (None: the builder's)."""
+
+    doc_id: str
+    data: bytes
+    flags: int
+    time: float
+    added: dict[str, Any]
+    host_name: str | None = None
+
+
 class DocBuilder:
     """Builds the bulk pairs for one input. Holds compiled patterns and caches, no I/O."""
 
@@ -186,6 +225,38 @@ class DocBuilder:
         """One event -> (document, event time). None when a line filter drops it.
         `parsed`: `data` already parsed (orjson.loads of the bytes gave this dict).
         `as_text`: JSON that cannot be shipped as such: the line as text, flagged json_parse_failed."""
+        r = self._parse(data, flags, now, parsed, as_text)
+        if r is None:
+            return None
+        doc, t, log, fl, bad_ts = r
+        lf = log.get("file")
+        if isinstance(lf, dict):
+            lf["path"] = path
+        else:
+            log["file"] = {"path": path}
+        log["offset"] = offset
+        return self._finish(doc, t, log, fl, bad_ts, self.host_name)
+
+    def source_doc(self, ev: SourceEvent, *, as_text: bool = False) -> tuple[dict[str, Any], float] | None:
+        """An event of a non-file source -> (document, event time), parsed exactly as a file line
+        (`to_doc`) but without `log.file.path`/`log.offset`: `ev.time` is the time when the line
+        gives none, `ev.added` is merged where the line has nothing yet, `ev.host_name` (when
+        set) is `host.name`. None when a line filter drops it."""
+        r = self._parse(ev.data, ev.flags, ev.time, None, as_text)
+        if r is None:
+            return None
+        doc, t, log, fl, bad_ts = r
+        if ev.added:
+            _add_absent(doc, ev.added)
+        out = self._finish(doc, t, log, fl, bad_ts, ev.host_name or self.host_name)
+        if out[0].get("log") == {}:
+            del out[0]["log"]      # a file's always holds log.file; this one nothing: no empty object
+        return out
+
+    def _parse(self, data: bytes, flags: int, now: float, parsed: dict[str, Any] | None,
+               as_text: bool) -> tuple[dict[str, Any], float, dict[str, Any], list[str] | None, Any] | None:
+        """The line's own content: parsed fields, @timestamp, the input's fields, `log` (a dict
+        in the doc) with the line's level. -> (doc, time, log, flags to add, bad @timestamp)."""
         fl: list[str] | None = ["json_parse_failed"] if as_text else None
         obj: Any = parsed
         fmt = self.format
@@ -240,9 +311,9 @@ class DocBuilder:
                     pts = parsed.get("@timestamp")
                     if isinstance(pts, str):
                         pt = parse_timestamp(pts, now, "UTC")
-                        if _usable(pt):
-                            t, ts_text = pt, pts  # type: ignore[assignment]
-        if not _usable(t):
+                        if pt is not None and _usable(pt):
+                            t, ts_text = pt, pts
+        if t is None or not _usable(t):
             t = now
         doc["@timestamp"] = ts_text or format_timestamp(t)
         if self.fields:
@@ -266,12 +337,11 @@ class DocBuilder:
                     log["level"] = name
             elif isinstance(level, str) and level:
                 log["level"] = level          # pino with a level formatter, winston, structlog
-        lf = log.get("file")
-        if isinstance(lf, dict):
-            lf["path"] = path
-        else:
-            log["file"] = {"path": path}
-        log["offset"] = offset
+        return doc, t, log, fl, bad_ts
+
+    def _finish(self, doc: dict[str, Any], t: float, log: dict[str, Any], fl: list[str] | None, bad_ts: Any,
+                host_name: str) -> tuple[dict[str, Any], float]:
+        """Flags, an unparsed @timestamp kept aside, host.name, the input's transform."""
         if bad_ts is not None:
             # always text: one mapping for the field whatever the lines put in @timestamp
             log["original_timestamp"] = bad_ts if isinstance(bad_ts, str) else _dumps(bad_ts).decode()
@@ -281,14 +351,39 @@ class DocBuilder:
             log["flags"] = (old if isinstance(old, list) else []) + fl
         host = doc.get("host")
         if isinstance(host, dict):
-            host.setdefault("name", self.host_name)
+            host.setdefault("name", host_name)
         elif host is None:
-            doc["host"] = {"name": self.host_name}
+            doc["host"] = {"name": host_name}
         else:
-            doc["host"] = {"name": self.host_name, "original": host}
+            doc["host"] = {"name": host_name, "original": host}
         if self.transform is not None:
             doc = self.transform.apply(doc)
         return doc, t
+
+    def build_source(self, events: list[SourceEvent], out: list[bytes]) -> int:
+        """Append one bulk pair per event of a non-file source to `out` (each with its own `_id`);
+        returns the bytes appended. Like `build`, a line orjson cannot serialise (nested past 255
+        levels) goes as text, flagged json_parse_failed."""
+        nbytes = 0
+        route = self.router.route
+        prefix = self._prefix
+        for ev in events:
+            r = self.source_doc(ev)
+            if r is None:
+                continue
+            doc, t = r
+            try:
+                body = _dumps(doc)
+            except TypeError:
+                r = self.source_doc(ev, as_text=True)
+                if r is None:
+                    continue
+                doc, t = r
+                body = _dumps(doc)
+            pair = b"".join((prefix(route(doc, t)), ev.doc_id.encode(), b'"}}\n', body, b"\n"))
+            nbytes += len(pair)
+            out.append(pair)
+        return nbytes
 
     def build(self, incarnation: str, path: str, events: list[Line], now: float,
               out: list[bytes]) -> int:

@@ -6,7 +6,8 @@ Called by `document.py` on a line's text before parsing and on the doc before it
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["LineFilter", "DocTransform", "split_path", "get_field"]
 

@@ -78,7 +78,7 @@ class IndexRouter:
         if name is None:
             lits = self._render(bucket)
             out = [lits[0]]
-            for value, lit in zip(values, lits[1:]):
+            for value, lit in zip(values, lits[1:], strict=True):
                 out.append(value)
                 out.append(lit)
             name = self._remember(key, "".join(out))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
@@ -254,7 +254,7 @@ def _year_in_zone(now: float, tz: str) -> int:
         year = time.localtime(now).tm_year
     else:
         zone = _zone(tz)
-        year = datetime.fromtimestamp(now, zone if zone is not None else timezone.utc).year
+        year = datetime.fromtimestamp(now, zone if zone is not None else UTC).year
     lo = _assemble(year, 1, 1, 0, 0, 0, None, None, tz)
     hi = _assemble(year + 1, 1, 1, 0, 0, 0, None, None, tz)
     if lo is not None and hi is not None:

@@ -13,8 +13,9 @@ import logging
 import random
 import ssl
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -156,7 +157,7 @@ class BulkClient:
         try:
             chain = await tlsmod.fetch_chain(parts.hostname or "", parts.port or 443,
                                              tlsmod.chain_context(self.cfg.tls), min(10.0, self.cfg.timeout_s))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TransportError(f"timeout after {min(10.0, self.cfg.timeout_s):g}s", host=host.label) from None
         except (OSError, ssl.SSLError) as e:
             raise TransportError(self._describe(e), host=host.label) from None
@@ -219,7 +220,7 @@ class BulkClient:
                 raw = await resp.read()
                 status = resp.status
                 resp_headers = {k: v for k, v in resp.headers.items()}
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise await self._failed(host, e) from None
         try:
             answer: Any = orjson.loads(raw) if raw else None
@@ -290,7 +291,7 @@ class BulkClient:
                 raw = await resp.read()
                 status = resp.status
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise await self._failed(host, e) from None
         seconds = time.monotonic() - t0
         answer: dict[str, Any] | None = None
@@ -330,7 +331,7 @@ class BulkClient:
                             out.append((h.label, True, "HTTP 200"))
                     else:
                         out.append((h.label, False, f"HTTP {resp.status}"))
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 out.append((h.label, False, self._describe(e)))
         return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 from shipper.events import Events
 from shipper.model import BatchMeta

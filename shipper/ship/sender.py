@@ -14,11 +14,11 @@ import random
 import time
 
 from shipper.clock import Clock
+from shipper.codec import decode_body, gzip_compress
 from shipper.config import Config
 from shipper.errors import TransportError
 from shipper.events import Events
 from shipper.logs import redact
-from shipper.codec import decode_body, gzip_compress
 from shipper.model import Batch, DeadLetter
 from shipper.ship import bulk as bulkproto
 from shipper.ship.backoff import Backoff
@@ -42,7 +42,7 @@ _EPISODE_PHRASES = {
 
 
 class Sender:
-    """Posts records for any number of worker tasks; they share the backoff gate and the AIMD limit."""
+    """Posts batches for any number of worker tasks; they share the backoff gate and the AIMD limit."""
 
     def __init__(self, cfg: Config, events: Events, clock: Clock, rng: random.Random | None = None) -> None:
         self.cfg = cfg.output

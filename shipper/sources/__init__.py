@@ -1,1 +1,1 @@
-"""Inputs behind one seam (`base.Source`): files, stdin; each reads into the writer's draft."""
+"""Inputs behind one seam (`base.Source`): files, stdin, the systemd journal (its cursor is its offset); each reads into the writer's draft."""

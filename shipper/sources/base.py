@@ -8,8 +8,9 @@ a position is committed only with the events it covers. Sources never commit, se
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from shipper.model import Checkpoint, Draft, FileStatus
 

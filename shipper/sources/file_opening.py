@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from shipper.clock import Clock
 from shipper.config import Config
@@ -78,7 +78,7 @@ class FileOpener:
         except asyncio.CancelledError:
             job.add_done_callback(_close_opened)     # stopping: the thread's files are not leaked
             raise
-        for cand, o in zip(batch, opened):
+        for cand, o in zip(batch, opened, strict=True):
             if o is None:
                 self.recovery.look_again_for(cand)   # a successor gone between the look and the open
                 # a file we may not read is retried at every scan; say so once, not silently

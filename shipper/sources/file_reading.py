@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from shipper.clock import Clock
 from shipper.config import Config
@@ -115,9 +115,15 @@ class FileReader:
             if not grouped:
                 cp.size = f.harvester.size
                 if f.role == "live":
-                    f.harvester.refresh_fingerprint()
+                    self.grow_fingerprint(f)
             cp.updated = now_wall
             draft.checkpoints[cp.incarnation] = dataclasses.replace(cp)
+
+    @staticmethod
+    def grow_fingerprint(f: OpenFile) -> None:
+        grown = f.harvester.grown_fingerprint()
+        if grown is not None:
+            f.checkpoint.fp_len, f.checkpoint.fp = grown
 
     def flush_due(self, now_mono: float) -> None:
         for f in self.files.open.values():

@@ -13,7 +13,7 @@ import fnmatch
 import logging
 import os
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from shipper.clock import Clock
 from shipper.config import Config
@@ -197,7 +197,7 @@ class FileSource:
         await self.check(self.clock.monotonic())
         for f in list(self.files.open.values()):
             if f.role == "live":
-                f.harvester.refresh_fingerprint()    # a young file's content claimed before a copy of it is judged
+                self.reader.grow_fingerprint(f)    # a young file's content claimed before a copy of it is judged
         first = not self.first_scan_done
         files = self.files
         seen: dict[Key, str] = {}

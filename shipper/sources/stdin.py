@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from typing import Mapping
+from collections.abc import Mapping
 
 from shipper.clock import Clock
 from shipper.config import InputConfig

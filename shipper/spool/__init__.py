@@ -1,11 +1,14 @@
-"""The durable queue and checkpoints (diskcache on SQLite), behind one typed async API, and its record writer.
+"""The spool: the durable queue of batches, the checkpoints they advance, and the dead letters.
 
-`store.py` is the synchronous store (one thread); `AsyncSpool` runs it on its own thread for the
-daemon; `writer.py` writes drafts as batches, in order, with the checkpoints they advance.
+`AsyncSpool` is the daemon's typed async API (one worker thread); `Spool` the synchronous store
+behind it, used directly only while no daemon runs (status, dlq, tests). Layout: `rows.py`.
 """
 
 from __future__ import annotations
 
-from shipper.spool.store import AsyncSpool, Spool, SpoolContents
+from shipper.model import BatchMeta
+from shipper.spool.aio import AsyncSpool
+from shipper.spool.contents import SpoolContents
+from shipper.spool.store import Spool
 
-__all__ = ["AsyncSpool", "Spool", "SpoolContents"]
+__all__ = ["AsyncSpool", "BatchMeta", "Spool", "SpoolContents"]

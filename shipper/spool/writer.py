@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from shipper.clock import Clock
 from shipper.errors import SpoolFullError
 from shipper.events import Events
 from shipper.model import BatchMeta, Checkpoint, Draft
-from shipper.spool.store import AsyncSpool
+from shipper.spool.aio import AsyncSpool
 
 T = TypeVar("T")
 Group = Callable[[list[bytes], int, int], list[tuple[bytes, int]]]    # ship.batching.group

@@ -7,8 +7,9 @@ parks it, or closes it and looks again.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Callable, Collection, Literal
+from typing import Literal
 
 from shipper.model import Checkpoint
 from shipper.tail.catalog import Catalog

@@ -9,7 +9,8 @@ owned here; the source reading an incarnation advances its own, and drafts take 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from shipper.model import Checkpoint
 from shipper.tail import identity

@@ -104,6 +104,8 @@ class Watcher:
     or the instance limit is reached), `WatchdogWatcher` does the same through watchdog.
     """
 
+    _fd: int
+
     def __new__(cls, loop: asyncio.AbstractEventLoop, wake: Any) -> Any:
         if cls is Watcher:
             try:

@@ -30,7 +30,7 @@ TAIL_BYTES = 32          # the last bytes read, checked again to tell a copytrun
 class Harvester:
     """Reads one file (or a rotated copy of it) for one incarnation.
 
-    `checkpoint.offset` is updated by the pipeline, not here. `path` is where the file was opened
+    The checkpoint is read here, never changed: the file source owns it (offset, fingerprint). `path` is where the file was opened
     (for stat checks and logs); the checkpoint's path is the one its documents carry.
     """
 
@@ -231,19 +231,18 @@ class Harvester:
         except OSError:
             self.size = 0
 
-    def refresh_fingerprint(self) -> bool:
-        """Grow a short fingerprint as the file grows (tiny files are shipped at once). True if changed."""
+    def grown_fingerprint(self) -> tuple[int, str] | None:
+        """A longer fingerprint, when the file grew past a short one (tiny files are shipped at
+        once, so their fingerprint grows with them); None when it stays as it is. The caller, who
+        owns the checkpoint, records it."""
         cp = self.checkpoint
         if self._gz is not None or cp.fp_len >= identity.FP_MAX_BYTES or self.size <= cp.fp_len:
-            return False
+            return None
         try:
             fp_len, fp = identity.fingerprint_fd(self.fd, self.size)
         except OSError:
-            return False
-        if fp_len <= cp.fp_len:
-            return False
-        cp.fp_len, cp.fp = fp_len, fp
-        return True
+            return None
+        return (fp_len, fp) if fp_len > cp.fp_len else None
 
     def close(self) -> None:
         if self._gz is not None:

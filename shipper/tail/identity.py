@@ -16,8 +16,9 @@ import secrets
 import stat as stat_mod
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Literal
 
 FP_MAX_BYTES = 1024
 

@@ -12,6 +12,7 @@ from shipper import native
 from shipper.model import FLAG_TRUNCATED, Line
 
 native_split_lines = native.split_lines   # the loop over complete lines in C, or None (shipper/native.py)
+_NATIVE_POS_MAX = 2 ** 62                  # the C loop counts offsets in 64 bits; past this, Python's ints
 
 
 class LineSplitter:
@@ -45,13 +46,14 @@ class LineSplitter:
         """Where the next chunk must start (offset + bytes held in the carry)."""
         return self.offset + len(self._carry) if not self._skipping else self._skip_pos
 
-    def feed(self, chunk: bytes) -> list[Line]:
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[Line]:
+        """The lines `chunk` completes. Any bytes-like chunk; the lines and the carry are bytes."""
         out: list[Line] = []
         if not chunk:
             return out
         limit = self.max_line_bytes
         if self._skipping:
-            nl = chunk.find(b"\n")
+            nl = (bytes(chunk) if type(chunk) is memoryview else chunk).find(b"\n")
             if nl < 0:
                 self._skip_pos += len(chunk)
                 return out
@@ -60,11 +62,12 @@ class LineSplitter:
             chunk = chunk[nl + 1:]
             self._skipping = False
         pos = self.offset
-        if self.native is not None:
+        if self.native is not None and pos <= _NATIVE_POS_MAX:
             out, pos, t = self.native(chunk, self._carry, pos, limit, FLAG_TRUNCATED)
             tail = chunk[t:] if t else self._carry + chunk
-            return self._keep_tail(out, pos, tail)
-        parts = chunk.split(b"\n")
+            # bytes(): the carry never holds a view of (or shares) the caller's buffer
+            return self._keep_tail(out, pos, tail if type(tail) is bytes else bytes(tail))
+        parts = (chunk if type(chunk) is bytes else bytes(chunk)).split(b"\n")
         if self._carry:
             parts[0] = self._carry + parts[0]     # not carry + chunk: that copies the whole chunk again
         tail = parts.pop()

@@ -10,7 +10,7 @@ checkpoint knows. The looks run off the loop (`tail/look.py`); this room keeps t
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 from shipper.events import Events
 from shipper.model import Checkpoint

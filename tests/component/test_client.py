@@ -21,12 +21,12 @@ from aiohttp import web
 from shipper.config import Config, ElasticsearchConfig, RetryConfig, TLSConfig
 from shipper.errors import TransportError
 from shipper.events import Events
-from shipper.ship.bulk import split_pairs
 from shipper.model import Batch
+from shipper.ship.bulk import split_pairs
 from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
-from tests.support.fake_clock import FakeClock
 from tests.support.es import ES
+from tests.support.fake_clock import FakeClock
 from tests.support.proxy import FaultProxy
 
 

@@ -2,7 +2,7 @@
 
 The reader may queue WRITES_BEHIND records behind the one being written; they are written in the
 order they were read, a failed write stops every record behind it (their checkpoints would skip
-its lines), and the spool's single-statement rows read back through diskcache like `set`'s.
+its lines), and a batch is one row of the spool, written in one transaction with its checkpoints.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from shipper.model import Checkpoint
 from shipper.codec import decode_body
-from shipper.spool.store import ROWS_PER_STATEMENT, Spool
+from shipper.model import Checkpoint
+from shipper.spool import Spool
 from shipper.spool.writer import WRITES_BEHIND
 from tests.support.pipeline_rig import Rig
 
@@ -26,43 +26,69 @@ def _cp(inc: str, offset: int) -> Checkpoint:
     return Checkpoint(inc, "/var/log/a.log", 1, 100, 16, "fp", offset)
 
 
-def test_spool_rows_read_back_through_diskcache_like_set(tmp_path: Path) -> None:
+def test_a_batch_is_one_row_and_its_checkpoints_ride_in_it(tmp_path: Path) -> None:
+    """Through diskcache's public API only: a batch is one row (header, metadata, checkpoints,
+    body); checkpoints get rows of their own only when an ack would otherwise take them along."""
     s = Spool(str(tmp_path))
     try:
         s.commit([(b"body-one\n", 1), (b"body-two\n", 1)], {"a": (0, 10)}, [_cp("a", 10)], False)
-        s.commit([(b"body-three\n", 1)], {"a": (10, 20)}, [_cp("a", 20)], True)   # the checkpoint row is updated
-        assert len(s.cache) == 7            # 3 bodies + 3 metas + 1 checkpoint: diskcache's own count
-        assert s.cache.get(1) == b"body-one\n"
-        assert decode_body(s.cache.get(3), True) == b"body-three\n"
-        assert s.cache.get("m:2")["covers"] == {"a": (0, 10)}
-        assert s.cache.get("c:a")["offset"] == 20
+        s.commit([(b"body-three\n", 1)], {"a": (10, 20)}, [_cp("a", 20)], True)
+        assert len(s.cache) == 3            # 3 batches, no checkpoint row yet: diskcache's own count
+        assert s.read(1) == b"body-one\n" and decode_body(s.read(3) or b"", True) == b"body-three\n"
         s.ack(1)
-        s.ack(2)
-        assert len(s.cache) == 3 and s.cache.get(1) is None and s.cache.get("m:1") is None
-        # many files' checkpoints in one commit: several statements, one transaction
-        many = [_cp(f"inc{i}", i) for i in range(ROWS_PER_STATEMENT * 2 + 5)]
+        s.ack(2)                            # carries a=10, but batch 3 carries a newer one: one delete
+        assert len(s.cache) == 1 and s.cache.get(1) is None
+        s.ack(3)                            # the newest checkpoint of "a" moves to its own row
+        assert list(s.cache.iterkeys()) == ["c:a"] and s.cache.get("c:a")["offset"] == 20
+        # many files' checkpoints in one commit: still one row
+        many = [_cp(f"inc{i}", i) for i in range(300)]
         s.commit([(b"body-four\n", 1)], {}, many, False)
+        assert len(s.cache) == 2
         s.close()
         s = Spool(str(tmp_path))
-        assert sorted(s.pending) == [3, 4] and s.next_seq == 5
+        assert sorted(s.pending) == [4] and s.next_seq == 5
         assert s.checkpoints["a"].offset == 20 and len(s.checkpoints) == len(many) + 1
         assert s.checkpoints["inc7"].offset == 7
-        assert len(s.cache) == 5 + len(many)
     finally:
         s.close()
 
 
-def test_a_failing_statement_writes_nothing_of_the_record(tmp_path: Path) -> None:
+def test_a_failing_row_writes_nothing_of_the_commit(tmp_path: Path) -> None:
     s = Spool(str(tmp_path))
     try:
         s.commit([(b"x\n", 1)], {"a": (0, 5)}, [_cp("a", 5)], False)
-        s.cache._sql("CREATE TRIGGER refuse BEFORE INSERT ON Cache WHEN NEW.key = 'c:b'"
+        # test-only fault injection: the second batch of the next commit is refused
+        s.cache._sql("CREATE TRIGGER refuse BEFORE INSERT ON Cache WHEN NEW.key = 3"
                      " BEGIN SELECT RAISE(ABORT, 'refused'); END")
         with pytest.raises(sqlite3.IntegrityError):
-            s.commit([(b"y\n", 1)], {"a": (5, 9), "b": (0, 3)}, [_cp("a", 9), _cp("b", 3)], False)
+            s.commit([(b"y\n", 1), (b"z\n", 1)], {"a": (5, 9), "b": (0, 3)}, [_cp("a", 9), _cp("b", 3)], False)
+        assert sorted(s.pending) == [1] and s.checkpoints["a"].offset == 5 and "b" not in s.checkpoints
         s.close()
         s = Spool(str(tmp_path))
         assert sorted(s.pending) == [1] and s.checkpoints["a"].offset == 5 and "b" not in s.checkpoints
+    finally:
+        s.close()
+
+
+def test_a_commit_that_fails_at_commit_leaves_the_spool_writable(tmp_path: Path) -> None:
+    """A full disk fails the COMMIT (the WAL is written then), and SQLite may leave the transaction
+    open, which diskcache does not roll back: every later write failed to begin. A deferred
+    foreign key fails a COMMIT the same way (and keeps the transaction open, by SQLite's rule)."""
+    s = Spool(str(tmp_path))
+    try:
+        s.commit([(b"x\n", 1)], {"a": (0, 5)}, [_cp("a", 5)], False)
+        s.cache._sql("CREATE TABLE IF NOT EXISTS Parent(id INTEGER PRIMARY KEY)")
+        s.cache._sql("CREATE TABLE IF NOT EXISTS Child(p INTEGER REFERENCES Parent(id) DEFERRABLE INITIALLY DEFERRED)")
+        s.cache._sql("CREATE TRIGGER dangle AFTER INSERT ON Cache WHEN NEW.key = 2 BEGIN INSERT INTO Child VALUES (7); END")
+        s.cache.reset("sqlite_foreign_keys", 1, update=False)      # this connection only
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            s.commit([(b"y\n", 1), (b"w\n", 1)], {"a": (5, 9)}, [_cp("a", 9)], False)
+        assert sorted(s.pending) == [1]
+        (meta, _), = s.commit([(b"z\n", 1)], {"a": (5, 9)}, [_cp("a", 9)], False)    # a new connection
+        assert meta.seq == 2
+        s.close()
+        s = Spool(str(tmp_path))
+        assert sorted(s.pending) == [1, 2] and s.read(2) == b"z\n" and s.checkpoints["a"].offset == 9
     finally:
         s.close()
 
@@ -86,7 +112,7 @@ async def test_records_queue_behind_a_busy_spool_thread_in_read_order(tmp_path: 
         _write_lines(log, 0, 10)
         await p.rescan()
         await p.open_waiting()
-        blocker = asyncio.ensure_future(rig.spool.call(occupy))
+        blocker = asyncio.ensure_future(rig.spool._call(occupy))
         await asyncio.to_thread(busy.wait, 10)
         for k in range(WRITES_BEHIND):
             if k:
@@ -125,18 +151,18 @@ async def test_a_failed_write_stops_the_records_behind_it(tmp_path: Path, monkey
     rig = Rig(tmp_path, [str(tmp_path / "*.log")])
     p = rig.p
     busy, release = threading.Event(), threading.Event()
-    real = rig.spool.spool.commit
+    real = rig.spool._spool.commit
     calls: list[int] = []
 
     def failing_first(*args):  # type: ignore[no-untyped-def]
-        calls.append(sum(n for _, n in args[0]))
+        calls.append(sum(n for _, n in (args[0]() if callable(args[0]) else args[0])))
         if len(calls) == 1:
             busy.set()
             release.wait(10)
             raise OSError(5, "Input/output error")
         return real(*args)
 
-    monkeypatch.setattr(rig.spool.spool, "commit", failing_first)
+    monkeypatch.setattr(rig.spool._spool, "commit", failing_first)
     try:
         _write_lines(log, 0, 10)
         await p.rescan()

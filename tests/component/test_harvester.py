@@ -8,14 +8,21 @@ from __future__ import annotations
 import asyncio
 import gzip
 import os
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import AsyncIterator, Callable
 
 import pytest
 
 from shipper.tail.files import Candidate
 from tests.support.pipeline_rig import Rig
-from tests.support.rotate import gzip_file, rotate, rotate_compress, rotate_copytruncate, rotate_delaycompress, rotate_rename
+from tests.support.rotate import (
+    gzip_file,
+    rotate,
+    rotate_compress,
+    rotate_copytruncate,
+    rotate_delaycompress,
+    rotate_rename,
+)
 from tests.support.wait import async_wait_until
 
 RigFactory = Callable[..., Rig]

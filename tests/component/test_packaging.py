@@ -234,10 +234,13 @@ def verify_unit(unit_text: str, tmp_path: Path) -> str:
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze missing (.ci/run installs systemd)")
-def test_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+@pytest.mark.parametrize("is_journald", [False, True])
+def test_rendered_unit_passes_systemd_analyze_verify(tmp_path: Path, is_journald: bool) -> None:
     state_dir = tmp_path / "state"
     state_dir.mkdir()
-    text = render_systemd_unit(sys.executable, str(tmp_path / "shipper.yaml"), str(state_dir))
+    text = render_systemd_unit(sys.executable, str(tmp_path / "shipper.yaml"), str(state_dir),
+                               is_journald=is_journald)
+    assert ("systemd-journal" in text) == is_journald
     assert verify_unit(text, tmp_path) == ""
 
 

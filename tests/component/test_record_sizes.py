@@ -4,7 +4,6 @@ is sized to the room left in the record, so no record is split into a full body 
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import orjson

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import threading
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
 from shipper.commands import status as status_cmd
-from shipper.config import Config, ElasticsearchConfig, MetricsConfig
+from shipper.config import Config, ElasticsearchConfig, InputConfig, MetricsConfig
 from shipper.parse.document import DocBuilder
-from shipper.config import InputConfig
-from shipper.codec import decode_body
-from shipper.ship import bulk as bulkproto
 from tests.support.pipeline_rig import Rig, make_config
 
 DEEP = b'{"a":' + b"[" * 300 + b"]" * 300 + b"}"
@@ -86,7 +83,7 @@ async def test_commit_cancelled_while_the_spool_thread_is_busy_keeps_its_lines(t
         await p.open_waiting()
         assert p.read_round()
         assert p.writer.draft.events == 10
-        blocker = asyncio.ensure_future(rig.spool.call(occupy))
+        blocker = asyncio.ensure_future(rig.spool._call(occupy))
         await asyncio.to_thread(busy.wait, 10)
         committing = asyncio.ensure_future(p.commit())
         for _ in range(5):
@@ -115,8 +112,8 @@ async def test_senders_stay_until_the_final_commit_is_queued(tmp_path: Path, es)
     from shipper.clock import SystemClock
     from shipper.events import Events
     from shipper.service import build_pipeline
-    from shipper.spool import AsyncSpool, Spool
-    spool = AsyncSpool(Spool(cfg.state_dir))
+    from shipper.spool import AsyncSpool
+    spool = await AsyncSpool.open(cfg.state_dir)
     p, _files = await build_pipeline(cfg, spool, Events(), SystemClock(), host_name="rig")
     try:
         await p.start()
@@ -140,6 +137,7 @@ async def test_reload_builds_the_new_pipeline_after_the_spool_thread_settled(tmp
     KeyError or 'dictionary changed size' killed the daemon in the rare case; a needless re-send
     otherwise). It must be built once every spool call submitted before it has finished."""
     import time as _time
+
     from shipper.config import load_config
     from shipper.service import Service
     from tests.support.daemon import write_config
@@ -152,16 +150,16 @@ async def test_reload_builds_the_new_pipeline_after_the_spool_thread_settled(tmp
     try:
         aspool = svc.spool
         assert aspool is not None
-        records = await aspool.call(aspool.spool.commit, [(b'{"create":{}}\n{}\n', 1)], {}, [], False)
+        records = await aspool._call(aspool._spool.commit, [(b'{"create":{}}\n{}\n', 1)], {}, [], False)
         seq = records[0][0].seq
         closed = threading.Event()
 
         def slow_ack() -> None:         # an ack handed over by a sender that is then cancelled
             closed.wait(10)
             _time.sleep(0.2)            # the transaction's fsync
-            aspool.spool.ack(seq)
+            aspool._spool.ack(seq)
 
-        ack = asyncio.ensure_future(aspool.call(slow_ack))
+        ack = asyncio.ensure_future(aspool._call(slow_ack))
         old = svc.pipeline
         assert old is not None
         real_close = old.sender.client.close

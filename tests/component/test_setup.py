@@ -348,3 +348,48 @@ def test_real_host_failing_check_is_reported_not_fatal(tmp_path: Path, capsys: p
     code, _ = setup.install(options(), host, tmp_path)
     assert code == 0
     assert "shipper check reported a problem (exit 1)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- --journald
+
+def test_journald_writes_a_journald_input_and_the_unit_may_read_the_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_setup(capsys, "--root", str(tmp_path), "--init", "systemd", "--no-start", TOKEN, GLOB,
+                               "--journald", "app.service", "web")
+    assert code == 0, err
+    data = yaml.safe_load(under(tmp_path, CONFIG).read_text())
+    assert data["inputs"] == [{"paths": [GLOB], "exclude": ["*.gz"]}, {"journald": {"units": ["app.service", "web"]}}]
+    cfg = load_config(str(under(tmp_path, CONFIG)), env={})
+    assert cfg.inputs[1].journald is not None and cfg.inputs[1].journald.units == ("app.service", "web")
+    assert cfg.inputs[1].journald.directory is None                     # the system journal
+    assert "SupplementaryGroups=adm systemd-journal\n" in under(tmp_path, UNIT).read_text()
+    assert "--groups adm,systemd-journal shipper" in out and "journald:  app.service, web" in out
+
+
+def test_journald_alone_reads_every_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_setup(capsys, "--root", str(tmp_path), "--init", "systemd", "--no-start", TOKEN, "--journald")
+    assert code == 0, err
+    assert yaml.safe_load(under(tmp_path, CONFIG).read_text())["inputs"] == [{"journald": {"units": []}}]
+
+
+def test_without_journald_the_unit_keeps_only_the_log_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_setup(capsys, "--root", str(tmp_path), "--init", "systemd", "--no-start", TOKEN, GLOB)[0] == 0
+    text = under(tmp_path, UNIT).read_text()
+    assert "SupplementaryGroups=adm\n" in text and "systemd-journal" not in text
+
+
+@pytest.mark.parametrize("argv", [[TOKEN, "--journald", "bad unit"], [TOKEN, "--journald", "a/b.service"],
+                                  ["--uninstall", "--journald"]])
+def test_journald_bad_usage_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, _, err = run_setup(capsys, "--root", str(tmp_path), "--init", "systemd", *argv)
+    assert code == 2 and err.strip()
+    assert not (tmp_path / "etc").exists()
+
+
+def test_real_host_adds_an_existing_user_to_the_journal_group(tmp_path: Path) -> None:
+    host = FakeHost(has_user=True)
+    code, report = setup.install(options(journald_units=("app.service",)), host, tmp_path)
+    assert code == 0
+    assert ["usermod", "--append", "--groups", "systemd-journal", "shipper"] in host.commands
+    assert "added shipper to group systemd-journal" in report.changes

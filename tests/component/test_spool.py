@@ -21,8 +21,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shipper.model import Checkpoint, DeadLetter
 from shipper.codec import decode_body
+from shipper.model import Checkpoint, DeadLetter
 from shipper.spool import AsyncSpool, Spool
 from tests.support.daemon import REPO_ROOT
 from tests.support.wait import wait_until
@@ -185,15 +185,15 @@ def test_dead_letter_numbering_continues_after_reopen(spool: Spool) -> None:
 # ---------------------------------------------------------------- AsyncSpool
 
 async def test_async_spool_runs_every_call_on_one_thread(tmp_path: Path) -> None:
-    a = AsyncSpool(Spool(str(tmp_path)))
+    a = await AsyncSpool.open(str(tmp_path))
     seen: set[int] = set()
 
     def who() -> int:
         seen.add(threading.get_ident())
         return threading.get_ident()
 
-    results = await asyncio.gather(*(a.call(who) for _ in range(20)))
-    recs = await asyncio.gather(*(a.call(a.spool.commit, [(body(1), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
+    results = await asyncio.gather(*(a._call(who) for _ in range(20)))
+    recs = await asyncio.gather(*(a.commit([(body(1), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
                                   for i in range(10)))
     assert len(seen) == 1 and threading.get_ident() not in seen and len(set(results)) == 1
     assert sorted(m.seq for r in recs for m, _ in r) == list(range(1, 11))
@@ -203,13 +203,14 @@ async def test_async_spool_runs_every_call_on_one_thread(tmp_path: Path) -> None
 async def test_async_spool_checkpoints_the_wal_off_the_spool_thread(tmp_path: Path) -> None:
     """A checkpoint's fdatasync can take seconds on a busy disk: the spool thread never runs one
     (autocheckpoint off on its connection), a second thread copies the WAL into the database."""
-    a = AsyncSpool(Spool(str(tmp_path)), checkpoint_every_s=0.05)
-    db = os.path.join(a.spool.path, "cache.db")
+    a = await AsyncSpool.open(str(tmp_path), checkpoint_every_s=0.05)
+    db = os.path.join(tmp_path, "spool", "cache.db")
     size0 = os.path.getsize(db)
-    pages = await a.call(lambda: a.spool.cache._sql("PRAGMA wal_autocheckpoint").fetchone()[0])
+    # test-only look at the spool thread's own connection
+    pages = await a._call(lambda: a._spool.cache._sql("PRAGMA wal_autocheckpoint").fetchone()[0])
     assert pages == 0
     for i in range(40):      # ~2.4 MB: under SQLite's own 1000-page autocheckpoint, so only the thread copies it
-        await a.call(a.spool.commit, [(os.urandom(60_000), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
+        await a.commit([(os.urandom(60_000), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False)
     await asyncio.to_thread(wait_until, lambda: os.path.getsize(db) > size0 + 2_000_000,
                             "the WAL checkpointed into cache.db by the checkpoint thread")
     await a.close()
@@ -232,13 +233,14 @@ CHILD = textwrap.dedent("""
     if mode == "once":
         s.commit([(body, 1)], {"inc": (0, 4096)}, [Checkpoint("inc", "/l", 1, 2, 16, "fp", 4096)], True)
         os.kill(os.getpid(), signal.SIGKILL)     # right after commit returned: no close, no atexit
-    # loop: commit record i covering [i*100, (i+1)*100) and ack record i-3, forever, until killed
-    i = len(s.pending) and max(m.covers["inc"][1] for m in s.pending.values()) // 100
+    # loop: commit record i covering [i*100, (i+1)*100) and ack record i-3 (drain: every record
+    # at once, so each ack moves the checkpoint to its own row), forever, until killed
+    i = s.checkpoints["inc"].offset // 100 if "inc" in s.checkpoints else 0
     n = 0
     while True:
         s.commit([(body * (1 + i % 5), 1 + i % 5)], {"inc": (i * 100, (i + 1) * 100)},
                  [Checkpoint("inc", "/l", 1, 2, 16, "fp", (i + 1) * 100)], i % 2 == 0)
-        old = [q for q in s.pending if q <= s.next_seq - 4]
+        old = [q for q in s.pending if mode == "drain" or q <= s.next_seq - 4]
         for q in old:
             s.ack(q)
         n += 1
@@ -295,6 +297,32 @@ def test_sigkill_at_random_moments_never_splits_a_record_from_its_checkpoint(tmp
             for seq, m in s.pending.items():               # every body is there and whole
                 raw = decode_body(s.read(seq) or b"", m.gzipped)
                 assert raw.count(b"\n") == 2 * m.events and raw.endswith(b"\n")
+            last_offset = offset
+        finally:
+            s.close()
+
+
+def test_sigkill_while_every_ack_moves_the_checkpoint_to_its_own_row(tmp_path: Path) -> None:
+    """The queue drains after every commit, so every ack writes the checkpoint the acked record
+    carried: killed at random, the checkpoint is always the end of the newest committed record."""
+    rng = random.Random(4321)
+    last_offset = 0
+    for _round in range(4):
+        p = run_child(tmp_path, "drain")
+        try:
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            assert line.strip() == "running", p.stderr.read() if p.stderr else ""
+            time.sleep(rng.uniform(0.0, 0.3))            # not synchronisation: the random instant of the kill
+        finally:
+            p.kill()
+            p.communicate(timeout=30)
+        s = Spool(str(tmp_path))
+        try:
+            offset = s.checkpoints["inc"].offset
+            assert offset > last_offset and offset % 100 == 0
+            covers = sorted(m.covers["inc"] for m in s.pending.values())
+            assert len(covers) <= 1 and (not covers or covers[0] == (offset - 100, offset))
             last_offset = offset
         finally:
             s.close()

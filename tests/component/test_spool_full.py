@@ -5,19 +5,23 @@ max_page_count, which fails exactly like ENOSPC does (SQLITE_FULL: "database or 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 from pathlib import Path
 
 import pytest
 
-from shipper.config import Config
 from shipper.errors import SpoolFullError
 from shipper.model import Checkpoint, DeadLetter
 from shipper.ship import batching
 from shipper.ship.outbox import Outbox
-from shipper.spool.writer import DiskWait, RecordWriter
 from shipper.spool import AsyncSpool, Spool
+from shipper.spool.writer import DiskWait, RecordWriter
 from tests.support.pipeline_rig import FakeClock, RecordingEvents
+
+
+def open_spool_of(spool: Spool) -> AsyncSpool:
+    return AsyncSpool(spool, concurrent.futures.ThreadPoolExecutor(max_workers=1))
 
 
 def _fill(spool: Spool, spare_pages: int = 4) -> None:
@@ -68,22 +72,22 @@ def test_a_full_disk_changes_nothing_and_the_spool_reopens_intact(tmp_path: Path
 
 async def test_the_pipeline_waits_out_a_full_disk_logging_once(tmp_path: Path) -> None:
     spool = Spool(str(tmp_path))
-    aspool = AsyncSpool(spool)
+    aspool = open_spool_of(spool)
     clock = FakeClock()
     events = RecordingEvents()
     disk = DiskWait(events, clock)
     outbox = Outbox(1 << 30, 1, events)
     try:
-        [(meta, _)] = await aspool.call(spool.commit, [(b"x" * 100, 1)], {}, [], False)
+        [(meta, _)] = await aspool._call(spool.commit, [(b"x" * 100, 1)], {}, [], False)
         outbox.restore([meta])
-        await aspool.call(_fill, spool, 0)
+        await aspool._call(_fill, spool, 0)
         dead = [DeadLetter("logs", "r", 400, os.urandom(200_000).hex().encode(), 0.0, "id")]
         ack = asyncio.create_task(disk.run(lambda: aspool.ack(meta.seq, dead)))
         while len(clock.slept) < 5:
             await asyncio.sleep(0.01)
         assert not ack.done()
         assert [n for n, _ in events.seen].count("spool_error") == 1
-        await aspool.call(_unfill, spool)
+        await aspool._call(_unfill, spool)
         assert await asyncio.wait_for(ack, 10) == 1          # the dead-letter count the spool answers
         outbox.acked(meta, 0)
         assert outbox.queue_events == 0 and spool.dead_letters == 1
@@ -96,7 +100,7 @@ async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path
     """SIGTERM with a full disk: the final commit gives up after shutdown_timeout; its lines moved
     no checkpoint, so they are read again at the next start (nothing lost, nothing queued twice)."""
     spool = Spool(str(tmp_path))
-    aspool = AsyncSpool(spool)
+    aspool = open_spool_of(spool)
     clock = FakeClock()
     events = RecordingEvents()
     disk = DiskWait(events, clock)
@@ -109,12 +113,12 @@ async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path
         d.events, d.nbytes = 1, len(d.parts[0])
         d.checkpoints["inc1"] = _cp(100)
         d.covers["inc1"] = [0, 100]
-        await aspool.call(_fill, spool, 0)
+        await aspool._call(_fill, spool, 0)
         disk.give_up_at = clock.monotonic() + 5.0            # what stopping sets: shutdown_timeout
         with pytest.raises(SpoolFullError):
             await asyncio.wait_for(writer.commit(), 10)      # the fake clock advances 1 s per retry
         assert 4.0 <= sum(clock.slept) <= 7.0
         assert "inc1" not in spool.checkpoints and not spool.pending
     finally:
-        await aspool.call(_unfill, spool)
+        await aspool._call(_unfill, spool)
         await aspool.close()

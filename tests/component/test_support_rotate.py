@@ -5,8 +5,9 @@ from __future__ import annotations
 import gzip
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

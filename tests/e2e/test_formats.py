@@ -8,8 +8,9 @@ costs one start; each test then checks one format's documents.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

@@ -91,7 +91,7 @@ def test_readiness_watchdog_reload_and_stopping_arrive_on_notify_socket(tmp_path
         while True:
             try:
                 got.extend(sock.recv(4096).decode().splitlines())
-            except (socket.timeout, BlockingIOError):
+            except (TimeoutError, BlockingIOError):
                 return got
 
     try:

@@ -12,7 +12,8 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any
 
 
 class ESError(RuntimeError):

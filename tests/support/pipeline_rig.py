@@ -9,9 +9,11 @@ The reader loop itself runs under the same clock in tests/component/test_reader_
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
@@ -40,6 +42,11 @@ def make_config(tmp_path: Path, paths: Iterable[str], **kw: Any) -> Config:
         output=ElasticsearchConfig(**out),
         **top,
     )
+
+
+def open_spool(state_dir: str) -> AsyncSpool:
+    """An AsyncSpool opened synchronously (a test's setup; the daemon uses `await AsyncSpool.open`)."""
+    return AsyncSpool(Spool(state_dir), concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool"))
 
 
 class Stepped:
@@ -114,7 +121,7 @@ class Rig:
         self.cfg = make_config(tmp_path, paths, **kw)
         self.clock = FakeClock()
         self.events = RecordingEvents()
-        self.spool = AsyncSpool(Spool(self.cfg.state_dir))
+        self.spool = open_spool(self.cfg.state_dir)
         self._p: Stepped | None = None
         self.build()
         self.docs: dict[str, dict[str, Any]] = {}
@@ -122,7 +129,7 @@ class Rig:
 
     def build(self) -> Stepped:
         """A new pipeline over what the spool holds (read directly: no spool call is pending here)."""
-        p, files = assemble(self.cfg, self.spool, self.spool.spool.contents(), self.events, self.clock, host_name="rig")
+        p, files = assemble(self.cfg, self.spool, self.spool._spool.contents(), self.events, self.clock, host_name="rig")
         assert isinstance(files, FileSource)
         self._p = Stepped(p, files)
         return self._p

@@ -19,7 +19,8 @@ import socket
 import threading
 import urllib.parse
 from collections import deque
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any, Union
 
 import aiohttp
 from aiohttp import web
@@ -469,7 +470,7 @@ class FaultProxy:
                 method, url, headers=headers, data=body if body else None, skip_auto_headers=skip, allow_redirects=False
             ) as resp:
                 return resp.status, resp.headers, await resp.read()
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
             return 502, None, f"fault proxy: upstream unreachable: {type(e).__name__}".encode()
 
     async def _forward(self, request: web.BaseRequest, body: bytes) -> tuple[int, web.Response, bool]:

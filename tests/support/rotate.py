@@ -20,8 +20,9 @@ import pwd
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 LOGROTATE = "/usr/sbin/logrotate"
 

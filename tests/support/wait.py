@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable, TypeVar, Union
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
-What = Union[str, Callable[[], str]]
+What = str | Callable[[], str]
 
 
 def _message(what: What, timeout_s: float) -> str:

@@ -10,8 +10,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 _METHODS = ("GET", "GET", "GET", "POST", "PUT", "DELETE")
 _ROUTES = ("/api/items", "/api/users", "/api/orders", "/health", "/api/search", "/api/cart")

@@ -21,6 +21,7 @@ from shipper.config import (
     Config,
     DataStreamConfig,
     InputConfig,
+    JournaldConfig,
     MultilineConfig,
     TLSConfig,
     expand_env,
@@ -292,6 +293,9 @@ def test_unset_env_names_the_variable_the_key_and_the_line() -> None:
     ("inputs:\n  - paths: ['/x/*.log']\n    start_at: middle\n", "inputs[0].start_at", 3, "beginning, end"),
     ("inputs:\n  - paths: ['/x/*.log']\n    timezone: Mars/Olympus\n", "inputs[0].timezone", 3, "time zone"),
     ("inputs:\n  - paths: ['/x/*.log']\n    max_line_bytes: 4\n", "inputs[0].max_line_bytes", 3, "at least"),
+    # bounded: a longer line could not be indexed, and the C scan's counters stay far from 2**31
+    ("inputs:\n  - paths: ['/x/*.log']\n    max_line_bytes: 3GiB\n", "inputs[0].max_line_bytes", 3, "at most 67108864 bytes (64MiB"),
+    ("inputs:\n  - paths: ['/x/*.log']\n    max_line_bytes: 67108865\n", "inputs[0].max_line_bytes", 3, "Elasticsearch refuses"),
     ("inputs:\n  - paths: 5\n", "inputs[0].paths", 2, "list of strings"),
     ("inputs:\n  paths: ['/x']\n", "inputs", 1, "list"),
     ("inputs:\n  - paths: ['/x/*.log']\n    fields: [a, b]\n", "inputs[0].fields", 3, "mapping"),
@@ -325,6 +329,11 @@ def test_errors_name_the_key_and_line(text: str, key: str, line: int | None, wor
     assert words in err.message, str(err)
     assert err.file == "/etc/shipper/shipper.yaml"
     assert key in str(err) and (line is None or f"line {line}" in str(err))
+
+
+def test_max_line_bytes_may_be_64MiB_exactly() -> None:
+    cfg = load("state_dir: /tmp/s\ninputs:\n  - paths: ['/x/*.log']\n    max_line_bytes: 64MiB\n")
+    assert cfg.inputs[0].max_line_bytes == 64 * 1024 * 1024
 
 
 def test_yaml_syntax_error_has_a_line() -> None:
@@ -385,6 +394,8 @@ def test_an_input_with_only_paths_gives_exactly_the_dataclass_defaults() -> None
     assert fields_of(inp) == fields_of(InputConfig(paths=("/x/*.log",), multiline=MultilineConfig(start="^x")))
     assert fields_of(inp.multiline) == fields_of(MultilineConfig(start="^x"))
     assert cfg.output.data_stream == DataStreamConfig() and cfg.output.tls == TLSConfig()
+    (j,) = load_config_text("inputs:\n  - journald: {}\n", None, {}).inputs
+    assert fields_of(j) == fields_of(InputConfig(paths=(), journald=JournaldConfig()))
 
 
 def test_key_lines_map_dotted_keys_to_their_lines() -> None:
@@ -413,3 +424,34 @@ def test_settings_load_reads_a_file_and_names_its_line(tmp_path: Path) -> None:
     assert (ei.value.key, ei.value.file, ei.value.line) == ("inputs[0].pattern", str(p), 4)
     p.write_text(MINIMAL)
     assert settings.load(str(p), env={}).source == str(p)
+
+
+# ---------------------------------------------------------------- journald inputs
+
+def test_a_journald_input() -> None:
+    cfg = load("""
+        inputs:
+          - journald: {directory: /var/log/journal, units: [app.service, web]}
+            start_at: end
+            format: json
+          - journald:
+          - paths: ['/var/log/*.log']
+        """)
+    j, system, files = cfg.inputs
+    assert j.journald == JournaldConfig("/var/log/journal", ("app.service", "web")) and j.paths == ()
+    assert (j.start_at, j.format) == ("end", "json")
+    assert system.journald == JournaldConfig(None, ()) and files.journald is None
+
+
+@pytest.mark.parametrize("text, key, words", [
+    ("inputs:\n  - paths: ['/a/*.log']\n    journald: {}\n", "inputs[0].journald", "either paths or journald"),
+    ("inputs:\n  - format: json\n", "inputs[0].paths", "or journald"),
+    ("inputs:\n  - journald: {directory: rel/dir}\n", "inputs[0].journald.directory", "absolute"),
+    ("inputs:\n  - journald: {units: ['a b']}\n", "inputs[0].journald.units[0]", "unit name"),
+    ("inputs:\n  - journald: {unit: [a]}\n", "inputs[0].journald.unit", "unknown key"),
+    ("inputs:\n  - journald: [a]\n", "inputs[0].journald", "mapping"),
+    ("inputs:\n  - journald: {}\n    exclude: ['*.gz']\n", "inputs[0].exclude", "paths only"),
+])
+def test_journald_errors_name_the_key(text: str, key: str, words: str) -> None:
+    e = error(text)
+    assert e.key == key and words in e.message

@@ -6,10 +6,9 @@ of, so "same lines, same offsets" after a restart is the exactly-once promise in
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pytest
 
 from shipper.model import FLAG_TRUNCATED
 from shipper.tail import lines as lines_mod
@@ -231,3 +230,45 @@ def test_the_c_loop_and_the_python_loop_agree(pieces: list[bytes], sizes: list[i
         pos += n
         i += 1
     assert c.flush() == py.flush() and c.offset == py.offset
+
+
+# ---------------------------------------------------------------- what a review of the C loop found
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_any_bytes_like_chunk_gives_bytes_lines_and_a_bytes_carry(kind: type) -> None:
+    """A harvester reading into a reused buffer may pass a bytearray or a memoryview; the lines and
+    the carry are bytes of their own, so reusing the buffer afterwards changes nothing."""
+    data = b"\x00\x00one\ntwo\r\n" + b"x" * 40 + b"\nthree-and-"
+    buf = bytearray(data)
+    sp = LineSplitter(10, 16)
+    got = sp.feed(kind(buf))
+    buf[:] = b"?" * len(buf)           # the caller reuses its buffer
+    assert got == [(12, 16, b"one", 0), (16, 21, b"two", 0), (21, 62, b"x" * 16, FLAG_TRUNCATED)]
+    assert all(type(ln[2]) is bytes for ln in got)
+    assert sp.feed(kind(bytearray(b"rest\n"))) == [(62, 77, b"three-and-rest", 0)]
+    assert sp.offset == 77
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview])
+def test_a_bytes_like_chunk_while_skipping_an_over_long_line(kind: type) -> None:
+    sp = LineSplitter(0, 4)
+    assert sp.feed(kind(bytearray(b"abcdefgh"))) == [(0, 0, b"abcd", FLAG_TRUNCATED)]
+    assert sp.feed(kind(bytearray(b"ij\nok\n"))) == [(11, 14, b"ok", 0)]
+
+
+def test_offsets_near_2_63_are_exact() -> None:
+    """The C loop counts offsets in 64 bits; near 2**63 the splitter loops in Python (whose ints
+    do not wrap) rather than let the sum overflow."""
+    start = 2**63 - 5
+    sp = LineSplitter(start, 64)
+    assert sp.feed(b"abc\ndef\n") == [(start, start + 4, b"abc", 0), (start + 4, start + 8, b"def", 0)]
+    assert sp.offset == start + 8
+
+
+def test_the_c_loop_refuses_an_offset_it_cannot_count() -> None:
+    split_lines = c_function("split_lines")
+    with pytest.raises(OverflowError):
+        split_lines(b"abc\n", b"", 2**63 - 3, 64, FLAG_TRUNCATED)
+    with pytest.raises(OverflowError):
+        split_lines(b"abc\n", b"", -1, 64, FLAG_TRUNCATED)
+    assert split_lines(bytearray(b"abc\nd"), memoryview(b"x"), 0, 64, FLAG_TRUNCATED) == ([(0, 5, b"xabc", 0)], 5, 4)

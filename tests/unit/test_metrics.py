@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from shipper.config import load_config_text
-from shipper.model import FileStatus
 from shipper.metrics import HELP, Metrics, TelemetryEvents, render_prometheus
+from shipper.model import FileStatus
 from shipper.monitor import BACKLOG_MIN_BYTES, Monitor, RateTracker, eta_s
 from tests.support.daemon import metric_key, parse_prometheus
 
@@ -146,6 +146,7 @@ class Observed:
     bytes_at_risk: int = 0
     dead_letters: int = 0
     hosts: tuple[str, ...] = ("http://127.0.0.1:9200",)
+    journald: tuple[Any, ...] = ()
     events: TelemetryEvents = field(default_factory=lambda: TelemetryEvents(Metrics()))
 
     @property

@@ -148,6 +148,10 @@ CORPUS: list[bytes] = [
     b'{"time":1790000000022,"d":' + b'[' * 200 + b']' * 200 + b'}',
     b'{"time":1790000000023,' + b",".join(b'"k%d":%d' % (i, i) for i in range(1100)) + b'}',
     b'{"time":1790000000023,"o":{' + b",".join(b'"k%d":%d' % (i, i) for i in range(300)) + b',"k7":0}}',
+    # number tokens past 100 bytes are re-serialised; the time range stops before year 10000
+    b'{"time":1790000000024,"n":0.' + b"1" * 98 + b'}', b'{"time":1790000000024,"n":0.' + b"1" * 99 + b'}',
+    b'{"time":1790000000024,"n":' + b"9" * 120 + b'e-100}', b'{"time":1790000000024,"n":-0.' + b"0" * 3000 + b'1}',
+    b'{"time":253402300799999,"msg":"last ms of 9999"}', b'{"time":253402300800000000,"msg":"far"}',
 ]
 
 CONFIGS: list[dict[str, Any]] = [
@@ -215,6 +219,15 @@ def _events(lines: list[bytes]) -> list[tuple[int, int, bytes, int]]:
 def test_corpus_spliced_equals_reserialised(cfg: dict[str, Any]) -> None:
     fast, slow = both(builder(**cfg), _events(CORPUS))
     assert_same(fast, slow)
+
+
+def test_offsets_past_63_bits_give_the_reserialised_document() -> None:
+    """No file has them, but the C path hands them over rather than raise OverflowError."""
+    line = b'{"level":30,"time":1790000000123,"msg":"x"}'
+    events = [(2**63 - 1, 0, line, 0), (2**63, 0, line, 0), (2**64 - 1, 0, line, 0)]
+    fast, slow = both(builder(), events)
+    assert_same(fast, slow)
+    assert b'"_id":"0123456789ab-18446744073709551615"' in fast[2]
 
 
 def test_the_corpus_exercises_both_paths() -> None:

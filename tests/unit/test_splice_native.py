@@ -12,13 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shipper import native
 from shipper.config import InputConfig
 from shipper.parse.document import _FAST_MS_MAX, _FAST_MS_MIN, DocBuilder
 
-try:
-    from shipper._native import splice
-except ImportError:     # test_splice.py says so as a failure
-    splice = None
+splice = getattr(native.module, "splice", None)   # None: not built, test_splice.py says so as a failure
 pytestmark = pytest.mark.skipif(splice is None, reason="not built: tests/unit/test_splice.py fails on it")
 
 HEAD = b'{"create":{"_index":"x","_id":"'
@@ -220,3 +218,141 @@ def test_a_fallback_that_empties_the_events_list_changes_nothing() -> None:
     out: list[bytes] = []
     splice(events, out, HEAD, None, b"i-", MID, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX)
     assert len(out) == 2 and out[1].endswith(PINO[1:] + b"\n") and b'"_id":"i-200"' in out[1]
+
+
+# ---------------------------------------------------------------- what a review of the C path found
+
+def _crafted_keys_line(keys: int = 1000, key_bytes: int = 1000) -> bytes:
+    """One object of `keys` keys of one length and one first byte that differ only at their end:
+    the line that made a pairwise duplicate check cost keys**2 / 2 comparisons of key_bytes each."""
+    pad = b"k" + b"x" * (key_bytes - 9)
+    body = b",".join(b'"%s%08d":0' % (pad, i) for i in range(keys))
+    return b'{"time":1790000000123,' + body + b"}"
+
+
+def _best_of(fn: Any, n: int = 5) -> float:
+    import time
+    best = float("inf")
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@pytest.mark.parametrize("line", [
+    _crafted_keys_line(),                                                     # ~1 MiB, 1,000 long keys
+    b'{"time":1790000000123,"a":[' + b",".join([b"{" + b",".join(b'"k%03d":0' % i for i in range(1000)) + b"}"] * 100)
+    + b"]}",                                                                  # ~1 MiB, 100 objects of 1,000 short keys
+])
+def test_crafted_keys_cost_no_more_than_the_python_path(line: bytes) -> None:
+    """The duplicate-key check is a hash table (linear in the line): the C path's cost of a line
+    crafted against a pairwise check stays below the Python path's (it was 12x it)."""
+    b = _builder()
+    events = [(0, len(line) + 1, line, 0)]
+    fast: list[bytes] = []
+    c = _best_of(lambda: (fast.clear(), b._build_native("inc", "/x/a.log", events, 1_790_000_000.0, fast)))
+    py = _best_of(lambda: b._build_general("inc", "/x/a.log", events, 1_790_000_000.0, []))
+    assert fast[0].endswith(line[1:] + b"\n")              # taken: no duplicate among them
+    assert c < 2 * py, (c, py)
+
+
+def _key_hash(key: bytes) -> int:
+    """A mirror of key_hash in _native.c, to craft keys that collide in its table."""
+    m = 2**64 - 1
+    h = 0x243F6A8885A308D3 ^ len(key)
+    for i in range(0, len(key), 8):
+        w = int.from_bytes(key[i:i + 8], "little")
+        h = ((h ^ w) * 0x9E3779B97F4A7C15) & m
+        h ^= h >> 29
+    h = (h * 0xBF58476D1CE4E5B9) & m
+    return h ^ (h >> 32)
+
+
+def test_keys_crafted_to_collide_in_the_table_are_handed_over() -> None:
+    """The table's probes are capped (16 slots a key): 17 keys of one slot send the line to the
+    fallback, 16 do not. (Fails when key_hash changes without its mirror above.)"""
+    keys: list[bytes] = []
+    i = 0
+    while len(keys) < 17:
+        k = b"c%d" % i
+        if _key_hash(k) >> 52 == 7:
+            keys.append(k)
+        i += 1
+    for n, handed_over in ((16, []), (17, [0])):
+        line = b'{"time":1790000000123,' + b",".join(b'"%s":1' % k for k in keys[:n]) + b"}"
+        assert run([line])[1] == handed_over, n
+        assert_same_doc(line)
+
+
+def assert_same_doc(line: bytes) -> None:
+    b = _builder()
+    fast: list[bytes] = []
+    slow: list[bytes] = []
+    b.build("inc", "/x/a.log", [(0, len(line) + 1, line, 0)], 1_790_000_000.0, fast)
+    b.build_reserialised("inc", "/x/a.log", [(0, len(line) + 1, line, 0)], 1_790_000_000.0, slow)
+    fa, fd, _ = fast[0].split(b"\n")
+    sa, sd, _ = slow[0].split(b"\n")
+    assert fa == sa and orjson.loads(fd) == orjson.loads(sd)
+    assert json.loads(fd.decode("utf-8"), object_pairs_hook=_unique_keys) == orjson.loads(sd)
+
+
+def test_duplicates_are_still_found_among_many_keys_and_depths() -> None:
+    many = b",".join(b'"k%d":%d' % (i, i) for i in range(900))
+    assert run([b'{"time":1790000000123,' + many + b"}"])[1] == []
+    assert run([b'{"time":1790000000123,' + many + b',"k899":0}'])[1] == [0]
+    # the same key in an enclosing and in an inner object is no duplicate, in siblings neither
+    nested = b'{"time":1790000000123,"a":{"a":{"a":1,"b":2},"b":{"a":1,"b":2}},"b":[{"a":1},{"a":1}]}'
+    assert run([nested, nested.replace(b'"b":2}}', b'"b":2,"a":0}}')])[1] == [1]
+    # a line handed over halfway leaves no key behind for the next line
+    assert run([b'{"time":1790000000123,"x":{"dup":1,"dup":2}}', b'{"time":1790000000123,"dup":1,"x":1}'])[1] == [0]
+
+
+@pytest.mark.parametrize("digits, taken", [(100, True), (101, False), (2000, False)])
+def test_numbers_over_100_bytes_are_handed_over(digits: int, taken: bool) -> None:
+    """Elasticsearch refuses numbers of more than 1,000 characters; the Python path re-serialises
+    (0.1 followed by 2,000 digits becomes 0.1): such tokens never pass through verbatim."""
+    for number in (b"0." + b"1" * (digits - 2), b"-" + b"1" * (digits - 4) + b"e-5", b"1" * (digits - 4) + b".5e1"):
+        assert len(number) == digits
+        line = b'{"time":1790000000123,"n":' + number + b"}"
+        assert run([line])[1] == ([] if taken else [0]), number
+        assert_same_doc(line)
+
+
+@pytest.mark.parametrize("ms_max", [2**42, 253402300800000, 2**62, 2**63 - 1])
+def test_time_is_clamped_to_a_4_digit_year_whatever_ms_max(ms_max: int) -> None:
+    """splice takes `time` below min(ms_max, year 10000) only: a fifth year digit would shift a
+    tab, a newline or a quote into the bulk body."""
+    last, first_10000, far = 253402300799999, 253402300800000, 2**62 - 1
+    out: list[bytes] = []
+    handed: list[int] = []
+    lines = [b'{"time":%d}' % t for t in (last, first_10000, far)]
+
+    def fallback(ev: tuple[int, int, bytes, int]) -> int:
+        handed.append(ev[0])
+        return 0
+
+    splice([(i, i + 1, ln, 0) for i, ln in enumerate(lines)], out, HEAD, None, b"i-", MID, b",", RESERVED,
+           fallback, _FAST_MS_MIN, ms_max)
+    if ms_max > last:
+        assert handed == [1, 2]
+        assert b'{"@timestamp":"9999-12-31T23:59:59.999Z",' in out[0]
+    else:
+        assert handed == [0, 1, 2] and out == []
+
+
+def test_huge_flags_and_offsets_are_handed_over_without_an_error() -> None:
+    """Flags or an offset that no C long holds: the fallback's (which writes any int), with no
+    OverflowError raised or left pending."""
+    events = [(0, 1, PINO, 2**64), (2**63, 2**63 + 1, PINO, 0), (-1, 0, PINO, 0), (2**64 + 7, 1, PINO, 0), (5, 6, PINO, 0)]
+    handed: list[int] = []
+    out: list[bytes] = []
+
+    def fallback(ev: tuple[int, int, bytes, int]) -> int:
+        import sys
+        assert sys.exc_info() == (None, None, None)
+        handed.append(ev[0])
+        return 0
+
+    splice(events, out, HEAD, None, b"i-", MID, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX)
+    assert handed == [0, 2**63, -1, 2**64 + 7] and len(out) == 1 and b'"_id":"i-5"' in out[0]

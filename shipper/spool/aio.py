@@ -1,0 +1,172 @@
+"""AsyncSpool: the daemon's only way to the spool. Every call runs on one dedicated thread, in the
+order it was made, so transactions never interleave and the event loop never blocks on SQLite.
+
+Callers get values back (metadata, bodies, snapshots); nothing of the Spool's own state is
+reachable from the loop thread. WAL checkpoints run on a second thread with their own connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import sqlite3
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from shipper.model import BatchMeta, Checkpoint, DeadLetter
+from shipper.spool.contents import SpoolContents
+from shipper.spool.store import Bodies, BodiesOrMaker, Spool
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CHECKPOINT_EVERY_S = 0.5    # WAL checkpoints (and their fsyncs) at most this often, off the spool thread
+# The interpreter's switch interval (CPython's default is 5 ms): how long a thread that wants the
+# GIL waits before the running one is made to drop it. See AsyncSpool.__init__.
+GIL_SWITCH_INTERVAL_S = 0.0002
+
+
+def _open(state_dir: str) -> Spool:
+    spool = Spool(state_dir)
+    spool.set_autocheckpoint(0)     # on the spool thread's connection: the checkpointer thread does it
+    return spool
+
+
+def _noop() -> None:
+    return None
+
+
+class AsyncSpool:
+    """The spool behind one worker thread; open with `await AsyncSpool.open(state_dir)`.
+
+    A WAL checkpoint ends in fdatasync of the database (and of the WAL), which on a busy disk
+    takes from milliseconds to seconds; inline (SQLite's autocheckpoint) it would hold up the
+    commit that triggered it, and every batch and ack queued behind it. A commit in WAL mode with
+    synchronous=NORMAL writes the WAL without syncing, so the spool thread never waits for the disk.
+    A full disk raises shipper.errors.SpoolFullError from the call that hit it; nothing of that
+    call was written.
+    """
+
+    def __init__(self, spool: Spool, executor: concurrent.futures.ThreadPoolExecutor,
+                 checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> None:
+        # The spool thread takes the GIL back after every SQLite step, gzip and join, while the
+        # loop thread parses without pause. With the default 5 ms switch interval each of those
+        # waits up to 5 ms, a batch took longer to write than to read, and the reader stood
+        # waiting for the spool. The loop thread is only made to drop the GIL when another thread
+        # asks for it, so a short interval costs a few hundred switches a second and nothing while
+        # the spool thread is idle.
+        if sys.getswitchinterval() > GIL_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+        self._spool = spool
+        self._executor = executor
+        self.dead_letters = spool.dead_letters      # kept current from the answers (for status)
+        self._checkpoint_every_s = checkpoint_every_s
+        self._ckpt_wake = threading.Event()
+        self._ckpt_stop = threading.Event()
+        self._ckpt_thread = threading.Thread(target=self._checkpointer, name="spool-checkpoint", daemon=True)
+        self._ckpt_thread.start()
+
+    @classmethod
+    async def open(cls, state_dir: str, *, checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> AsyncSpool:
+        """Open (and, after an older version, read in place) the spool under state_dir/spool, on
+        the spool thread."""
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
+        try:
+            spool = await asyncio.get_running_loop().run_in_executor(executor, _open, state_dir)
+        except Exception:
+            executor.shutdown(wait=True)        # the open has ended: the thread is idle, it ends at once
+            raise
+        except BaseException:
+            executor.shutdown(wait=False)       # cancelled: the open may still run; its thread ends after
+            raise
+        return cls(spool, executor, checkpoint_every_s)
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        self._ckpt_wake.set()     # something may have been written: the checkpointer looks (at its pace)
+        return result
+
+    # ---------------------------------------------------------------- the API
+
+    async def contents(self) -> SpoolContents:
+        """What is queued, the checkpoints and the dead-letter count, as of every call made before."""
+        return await self._call(self._spool.contents)
+
+    async def commit(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
+                     checkpoints: Iterable[Checkpoint], gzip: bool) -> list[tuple[BatchMeta, bytes]]:
+        """Spool.commit on the spool thread: batches and the checkpoints they advance, one transaction.
+        `bodies` may be a maker: it runs there too."""
+        return await self._call(self._spool.commit, bodies, covers, list(checkpoints), gzip)
+
+    async def read(self, seq: int) -> bytes | None:
+        return await self._call(self._spool.read, seq)
+
+    async def ack(self, seq: int, dead: Sequence[DeadLetter] = ()) -> int:
+        """The batch leaves (its dead letters stored with it). Returns the dead-letter total."""
+        self.dead_letters = await self._call(self._spool.ack, seq, list(dead))
+        return self.dead_letters
+
+    async def replace(self, seq: int, body: bytes, events: int, gzip: bool) -> BatchMeta | None:
+        return await self._call(self._spool.replace, seq, body, events, gzip)
+
+    async def forget_checkpoints(self, incarnations: Iterable[str]) -> list[str]:
+        return await self._call(self._spool.forget_checkpoints, list(incarnations))
+
+    async def replay_dead_letters(self, make_bodies: Callable[[list[dict[str, Any]]], Bodies],
+                                  gzip: bool) -> list[tuple[BatchMeta, bytes]]:
+        """Every dead letter back into the queue as new batches (`make_bodies` runs on the spool thread)."""
+        out = await self._call(self._spool.replay_dead_letters, make_bodies, gzip)
+        self.dead_letters = 0
+        return out
+
+    async def purge_dead_letters(self) -> int:
+        n = await self._call(self._spool.purge_dead_letters)
+        self.dead_letters = 0
+        return n
+
+    async def flush(self) -> None:
+        """Returns once every call submitted before it has finished (the worker runs them in order)."""
+        await self._call(_noop)
+
+    async def close(self) -> None:
+        self._ckpt_stop.set()
+        self._ckpt_wake.set()
+        await asyncio.to_thread(self._ckpt_thread.join)
+        await self._call(self._spool.close)
+        self._executor.shutdown(wait=True)
+
+    # ---------------------------------------------------------------- WAL checkpoints
+
+    def _checkpointer(self) -> None:
+        """Checkpoint the WAL at most every checkpoint_every_s while the spool is written. A failed
+        checkpoint (full disk) is logged once and retried: SQLite leaves the WAL as it was. The one
+        statement shipper runs outside diskcache: it copies pages, it reads and writes no table."""
+        con: sqlite3.Connection | None = None
+        failing = False
+        try:
+            while True:
+                self._ckpt_wake.wait()
+                if self._ckpt_stop.is_set():
+                    return
+                self._ckpt_wake.clear()
+                try:
+                    if con is None:
+                        con = sqlite3.connect(self._spool.db_path, timeout=60, isolation_level=None)
+                    con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    if failing:
+                        failing = False
+                        log.info("WAL checkpoints work again")
+                except (sqlite3.Error, OSError) as e:
+                    if not failing:
+                        failing = True
+                        log.warning("WAL checkpoint failed, retrying", extra={"error": str(e)})
+                    self._ckpt_wake.set()
+                if self._ckpt_stop.wait(self._checkpoint_every_s):
+                    return
+        finally:
+            if con is not None:
+                con.close()

@@ -1,0 +1,184 @@
+"""AsyncSpool's API on a real state dir: every method, calls finished in the order they were made
+(`flush` waits for all before it), a full disk raised unchanged and leaving nothing behind, and
+`contents()` a snapshot of everything submitted before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shipper.codec import decode_body
+from shipper.errors import SpoolFullError
+from shipper.model import BatchMeta, Checkpoint, DeadLetter
+from shipper.spool import AsyncSpool, Spool, SpoolContents
+
+
+def cp(inc: str, offset: int, **kw: Any) -> Checkpoint:
+    return Checkpoint(inc, f"/var/log/{inc}.log", 1, 100, 16, "fp", offset, **kw)
+
+
+def body(n: int, tag: str = "x") -> bytes:
+    return b"".join(b'{"create":{"_index":"i","_id":"%s-%d"}}\n{"n":%d}\n' % (tag.encode(), i, i) for i in range(n))
+
+
+def dead(doc_id: str) -> DeadLetter:
+    return DeadLetter("logs", "mapper_parsing_exception: x", 400, b'{"n":"bad"}', 1000.0, doc_id)
+
+
+def make_bodies(items: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
+    return [(b"".join(b'{"create":{"_index":"%s","_id":"%s"}}\n%s\n' % (d["index"].encode(), d["id"].encode(),
+                                                                        d["document"]) for d in items), len(items))]
+
+
+async def test_every_method_round_trips(tmp_path: Path) -> None:
+    a = await AsyncSpool.open(str(tmp_path))
+    try:
+        assert await a.contents() == SpoolContents((), (), 0) and a.dead_letters == 0
+        [(m1, st1)] = await a.commit([(body(3), 3)], {"a": (0, 300)}, [cp("a", 300)], True)
+        assert isinstance(m1, BatchMeta) and m1.seq == 1 and m1.events == 3 and m1.gzipped
+        assert decode_body(await a.read(1) or b"", True) == body(3) == decode_body(st1, True)
+        assert await a.read(77) is None
+
+        threads: list[int] = []
+
+        def maker() -> list[tuple[bytes, int]]:      # runs on the spool thread, inside the commit
+            threads.append(threading.get_ident())
+            return [(body(2, "m"), 2), (body(1, "n"), 1)]
+
+        made = await a.commit(maker, {"b": (0, 90)}, [cp("b", 90)], False)
+        assert [(m.seq, m.events, m.covers) for m, _ in made] == [(2, 2, {"b": (0, 90)}), (3, 1, {"b": (0, 90)})]
+        assert threads and threads[0] != threading.get_ident()
+        assert await a.commit([], {"c": (0, 5)}, [cp("c", 5, finished=True)], False) == []
+
+        new = await a.replace(1, body(1, "rest"), 1, True)
+        assert new is not None and new.events == 1 and new.covers == {"a": (0, 300)}
+        assert await a.replace(99, b"", 0, True) is None
+
+        assert await a.ack(2) == 0
+        assert await a.ack(3, [dead("n-0"), dead("n-1")]) == 2 and a.dead_letters == 2
+        assert await a.forget_checkpoints(["a", "c", "nope"]) == ["c"]     # "a" is still covered by batch 1
+
+        c = await a.contents()
+        assert [m.seq for m in c.pending] == [1] and c.pending[0] == new
+        assert {x.incarnation: x.offset for x in c.checkpoints} == {"a": 300, "b": 90}
+        assert c.dead_letters == 2 and c.queued_events == 1 and c.queued_bytes == new.stored_bytes
+        assert c.shipped_offsets() == {"a": 0, "b": 90}
+
+        replayed = await a.replay_dead_letters(make_bodies, gzip=False)
+        assert [(m.events, m.covers) for m, _ in replayed] == [(2, {})] and a.dead_letters == 0
+        assert b'"_id":"n-1"' in (await a.read(replayed[0][0].seq) or b"")
+        await a.ack(replayed[0][0].seq, [dead("z")])
+        assert a.dead_letters == 1
+        assert await a.purge_dead_letters() == 1 and a.dead_letters == 0
+        assert await a.replay_dead_letters(make_bodies, gzip=False) == []
+        await a.flush()
+    finally:
+        await a.close()
+    again = Spool(str(tmp_path))
+    try:
+        assert list(again.pending) == [1] and again.dead_letters == 0
+        assert {inc: x.offset for inc, x in again.checkpoints.items()} == {"a": 300, "b": 90}
+    finally:
+        again.close()
+
+
+async def test_calls_finish_in_the_order_they_were_made_and_flush_waits_for_them(tmp_path: Path) -> None:
+    a = await AsyncSpool.open(str(tmp_path))
+    busy, release = threading.Event(), threading.Event()
+
+    def occupy() -> None:
+        busy.set()
+        release.wait(10)
+
+    try:
+        blocker = asyncio.ensure_future(a._call(occupy))
+        await asyncio.to_thread(busy.wait, 10)
+        commits = [asyncio.ensure_future(a.commit([(body(1, str(i)), 1)], {"a": (i, i + 1)}, [cp("a", i + 1)], False))
+                   for i in range(5)]
+        acks = [asyncio.ensure_future(a.ack(seq)) for seq in (1, 2)]
+        snapshot = asyncio.ensure_future(a.contents())
+        flushed = asyncio.ensure_future(a.flush())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not flushed.done() and not any(t.done() for t in commits + acks)
+        release.set()
+        await flushed
+        assert blocker.done() and all(t.done() for t in commits + acks + [snapshot])
+        assert [t.result()[0][0].seq for t in commits] == [1, 2, 3, 4, 5]
+        c = snapshot.result()                      # made after the acks, before the flush
+        assert [m.seq for m in c.pending] == [3, 4, 5] and c.checkpoints[0].offset == 5
+    finally:
+        release.set()
+        await a.close()
+
+
+def _fill(spool: Spool) -> None:
+    """This connection may not grow the database any more: writes that need a page fail with
+    SQLITE_FULL, as on a full disk (test-only, per connection)."""
+    con = sqlite3.connect(spool.db_path)
+    try:
+        pages = con.execute("PRAGMA page_count").fetchone()[0]
+    finally:
+        con.close()
+    spool.cache.reset("sqlite_max_page_count", pages, update=False)
+
+
+def _unfill(spool: Spool) -> None:
+    spool.cache.reset("sqlite_max_page_count", 1073741823, update=False)
+
+
+async def test_a_full_disk_raises_spool_full_and_writes_nothing(tmp_path: Path) -> None:
+    a = await AsyncSpool.open(str(tmp_path))
+    try:
+        [(first, _)] = await a.commit([(body(1), 1)], {"a": (0, 100)}, [cp("a", 100)], False)
+        before = await a.contents()
+        await a._call(_fill, a._spool)
+        with pytest.raises(SpoolFullError, match="state_dir is full"):
+            await a.commit([(os.urandom(300_000), 1)], {"a": (100, 200)}, [cp("a", 200)], False)
+        with pytest.raises(SpoolFullError):
+            await a.ack(first.seq, [DeadLetter("logs", "r", 400, os.urandom(200_000).hex().encode(), 0.0, "id")])
+        assert await a.contents() == before and a.dead_letters == 0
+        assert await a.ack(first.seq) == 0          # frees pages: needs none, even to give "a" its own row
+        assert {c.incarnation: c.offset for c in (await a.contents()).checkpoints} == {"a": 100}
+        await a._call(_unfill, a._spool)
+        [(second, _)] = await a.commit([(os.urandom(300_000), 1)], {"a": (100, 200)}, [cp("a", 200)], False)
+        assert [m.seq for m in (await a.contents()).pending] == [second.seq]
+    finally:
+        await a.close()
+    again = Spool(str(tmp_path))
+    try:
+        assert list(again.pending) == [second.seq] and again.checkpoints["a"].offset == 200
+    finally:
+        again.close()
+
+
+async def test_contents_is_a_snapshot_the_caller_may_keep(tmp_path: Path) -> None:
+    a = await AsyncSpool.open(str(tmp_path))
+    try:
+        await a.commit([(body(1), 1)], {"a": (0, 100)}, [cp("a", 100)], False)
+        snap = await a.contents()
+        snap.checkpoints[0].offset = 12345         # the caller's copy
+        await a.commit([(body(1), 1)], {"a": (100, 200)}, [cp("a", 200)], False)
+        await a.ack(1)
+        assert [m.seq for m in snap.pending] == [1] and snap.checkpoints[0].offset == 12345
+        now = await a.contents()
+        assert [m.seq for m in now.pending] == [2] and now.checkpoints[0].offset == 200
+        with pytest.raises(AttributeError):
+            now.pending[0].events = 5  # type: ignore[misc]   # BatchMeta is frozen
+    finally:
+        await a.close()
+
+
+async def test_open_failure_leaves_no_thread(tmp_path: Path) -> None:
+    (tmp_path / "spool").write_text("not a directory")
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(OSError):
+        await AsyncSpool.open(str(tmp_path))
+    assert not [t for t in threading.enumerate() if t.name not in before and t.name.startswith("spool")]

@@ -1,0 +1,245 @@
+"""Real systemd journal files for tests, written by systemd-journal-remote from the export format.
+
+`systemd-journal-remote -o DIR/NAME.journal -` reads journal export text on stdin and appends
+the entries to that file (creating it), and `journalctl -D DIR` reads them. What the helper does:
+  append:   one journal-remote run per call; entries get strictly increasing realtime (never
+            below the wall clock) and monotonic timestamps, a boot id, host, unit, PID, PRIORITY
+  rotate:   as journald does it: the file is archived (`NAME@<seqnum id>-<head seqnum>-<head
+            realtime>.journal`) and a new NAME.journal continues the same sequence numbers. No
+            tool asks journal-remote to rotate, but it rotates before a write when the file's
+            field hash table is over 75% full (journal_file_rotate_suggested); an entry with
+            `ROTATE_PAD_FIELDS` distinct field names fills it. `append(..., then_rotate=True)`
+            puts those fields on the batch's last entry (no extra entry; journalctl
+            --output-fields hides them), `rotate()` writes one marker entry carrying them.
+  new_file: later appends go to another file: a new sequence-number id, seqnums from 1
+  vacuum:   deletes the oldest archived file, as journald's vacuum does
+  new_boot: a new _BOOT_ID (monotonic time restarts), as after a reboot
+Binary values (bytes that are not UTF-8, or with a newline or control character) use the
+export format's binary form: NAME, newline, little-endian 64-bit length, the bytes, newline.
+journal-remote (systemd 252) silently drops an entry without __REALTIME_TIMESTAMP when the stream
+gave none before it, and after one gives it the previous entry's time: every entry gets its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import struct
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REMOTE_CANDIDATES = ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
+JOURNALCTL = "journalctl"
+ROTATE_PAD_FIELDS = 300        # the field hash table holds 333; rotation is suggested past 75%
+ROTATE_MARKER = "-- shipper test: journal rotated --"
+
+Value = str | bytes | int
+
+
+def journal_remote() -> str | None:
+    """The systemd-journal-remote binary, or None when it is not installed."""
+    for c in REMOTE_CANDIDATES:
+        if os.access(c, os.X_OK):
+            return c
+    return shutil.which("systemd-journal-remote")
+
+
+def export_field(name: str, value: Value) -> bytes:
+    """One field in the journal export format: text form, or binary form when needed."""
+    if isinstance(value, int):
+        value = str(value)
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    is_text = b"\n" not in data
+    if is_text:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            is_text = False
+    if is_text:
+        return name.encode() + b"=" + data + b"\n"
+    return name.encode() + b"\n" + struct.pack("<Q", len(data)) + data + b"\n"
+
+
+def export_entry(fields: Iterable[tuple[str, Value]]) -> bytes:
+    return b"".join(export_field(k, v) for k, v in fields) + b"\n"
+
+
+@dataclass
+class Written:
+    """An entry as the helper wrote it: its fields (MESSAGE as given) and where it went."""
+
+    message: Value
+    fields: dict[str, Value]
+    file: str
+    realtime_us: int
+    boot_id: str
+    is_marker: bool = False
+
+
+@dataclass
+class Journal:
+    """A directory of journal files. `hostname`, `unit`, `pid` are defaults for entries."""
+
+    directory: Path
+    name: str = "system"
+    hostname: str = "testhost"
+    unit: str | None = "app.service"
+    pid: int | None = 4242
+    boot_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    written: list[Written] = field(default_factory=list)
+    _realtime_us: int = 0
+    _monotonic_us: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        remote = journal_remote()
+        if remote is None:
+            raise RuntimeError("systemd-journal-remote is not installed (apt-get install systemd-journal-remote)")
+        self.remote = remote
+
+    # ------------------------------------------------------------ entries
+
+    @property
+    def path(self) -> Path:
+        """The active file appends go to."""
+        return self.directory / f"{self.name}.journal"
+
+    def entry(self, message: Value, *, unit: str | None = "", pid: int | None = -1, priority: int | None = 6,
+              hostname: str | None = "", identifier: str | None = None,
+              fields: Mapping[str, Value] | None = None, realtime_us: int | None = None) -> list[tuple[str, Value]]:
+        """The fields of one entry (defaults from the Journal; None leaves a field out)."""
+        unit = self.unit if unit == "" else unit
+        pid = self.pid if pid == -1 else pid
+        hostname = self.hostname if hostname == "" else hostname
+        out: list[tuple[str, Value]] = []
+        if realtime_us is not None:
+            out.append(("__REALTIME_TIMESTAMP", realtime_us))
+        if hostname is not None:
+            out.append(("_HOSTNAME", hostname))
+        if unit is not None:
+            out.append(("_SYSTEMD_UNIT", unit))
+        if pid is not None:
+            out.append(("_PID", pid))
+        if priority is not None:
+            out.append(("PRIORITY", priority))
+        if identifier is not None:
+            out.append(("SYSLOG_IDENTIFIER", identifier))
+        out.append(("MESSAGE", message))
+        for k, v in (fields or {}).items():
+            out.append((k, v))
+        return out
+
+    def append(self, *entries: Value | list[tuple[str, Value]], then_rotate: bool = False) -> list[Written]:
+        """Write entries (a message, or the fields `entry()` made) in one journal-remote run.
+        `then_rotate`: the next append starts a new file, journald-style (see the module doc)."""
+        batch = [self.entry(e) if isinstance(e, (str, bytes, int)) else e for e in entries]
+        if then_rotate:
+            if not batch:
+                raise ValueError("then_rotate needs at least one entry; use rotate()")
+            batch[-1] = batch[-1] + _pad_fields()
+        return self._write(batch, marker=False)
+
+    def rotate(self) -> Written:
+        """Write a marker entry that makes the next append start a new file (journald-style)."""
+        return self._write([self.entry(ROTATE_MARKER, unit=None, pid=None) + _pad_fields()], marker=True)[0]
+
+    def _stamp(self, e: list[tuple[str, Value]]) -> list[tuple[str, Value]]:
+        """Timestamps and boot id at writing time, in writing order (an entry made earlier with
+        `entry()` and written later is still later in the journal)."""
+        names = {k for k, _ in e}
+        head: list[tuple[str, Value]] = []
+        if "__REALTIME_TIMESTAMP" not in names:
+            rt = max(self._realtime_us + 1, int(time.time() * 1e6))
+            self._realtime_us = rt
+            head.append(("__REALTIME_TIMESTAMP", rt))
+        if "__MONOTONIC_TIMESTAMP" not in names:
+            self._monotonic_us += 1000
+            head.append(("__MONOTONIC_TIMESTAMP", self._monotonic_us))
+        if "_BOOT_ID" not in names:
+            head.append(("_BOOT_ID", self.boot_id))
+        return head + e
+
+    def _write(self, batch: list[list[tuple[str, Value]]], marker: bool) -> list[Written]:
+        if not batch:
+            return []
+        batch = [self._stamp(e) for e in batch]
+        data = b"".join(export_entry(e) for e in batch)
+        done = subprocess.run([self.remote, "-o", str(self.path), "-"], input=data, capture_output=True,
+                              timeout=120, check=False)
+        err = done.stderr.decode("utf-8", "replace")
+        if done.returncode != 0 or f"writing {len(batch)} entries" not in err:
+            raise RuntimeError(f"systemd-journal-remote wrote less than asked ({len(batch)} entries): {err.strip()}")
+        out = []
+        for e in batch:
+            fields = {k: v for k, v in e if not k.startswith("ROTATE_PAD_")}
+            rt = fields["__REALTIME_TIMESTAMP"]
+            out.append(Written(fields["MESSAGE"], fields, self.path.name, int(rt), str(fields["_BOOT_ID"]), marker))
+        self.written.extend(out)
+        return out
+
+    def new_file(self, name: str) -> None:
+        """Later appends go to DIR/<name>.journal: another sequence-number id."""
+        self.name = name
+
+    def new_boot(self) -> str:
+        """Later entries belong to a new boot (new _BOOT_ID, monotonic time from the start)."""
+        self.boot_id = secrets.token_hex(16)
+        self._monotonic_us = 1_000_000
+        return self.boot_id
+
+    # ------------------------------------------------------------ files
+
+    def files(self) -> list[Path]:
+        return sorted(self.directory.glob("*.journal"))
+
+    def archived(self) -> list[Path]:
+        """Archived files, oldest first (by the head realtime their name carries)."""
+        def head_realtime(p: Path) -> int:
+            return int(p.stem.rsplit("-", 1)[-1], 16)
+        return sorted((p for p in self.directory.glob("*@*.journal")), key=head_realtime)
+
+    def vacuum(self) -> Path:
+        """Delete the oldest archived file, as `journalctl --vacuum-files` / journald do."""
+        files = self.archived()
+        if not files:
+            raise RuntimeError(f"no archived journal file in {self.directory} to vacuum")
+        files[0].unlink()
+        return files[0]
+
+    # ------------------------------------------------------------ reading back
+
+    def read(self, *matches: str, all_fields: bool = True) -> list[dict[str, Any]]:
+        """What `journalctl -D DIR --merge --output=json [--all]` reads, one dict per entry."""
+        return self.read_dir(self.directory, *matches, all_fields=all_fields)
+
+    @staticmethod
+    def read_dir(directory: Path, *matches: str, all_fields: bool = True) -> list[dict[str, Any]]:
+        argv = [JOURNALCTL, f"--directory={directory}", "--merge", "--no-pager", "--output=json"]
+        if all_fields:
+            argv.append("--all")
+        done = subprocess.run([*argv, *matches], capture_output=True, timeout=120, check=True)
+        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+    def messages(self) -> list[Value]:
+        """MESSAGE of every entry written, markers left out, in writing order."""
+        return [w.message for w in self.written if not w.is_marker]
+
+
+def _pad_fields() -> list[tuple[str, Value]]:
+    return [(f"ROTATE_PAD_{i:03d}", "1") for i in range(ROTATE_PAD_FIELDS)]
+
+
+def message_bytes(value: Any) -> bytes | None:
+    """MESSAGE as journalctl's JSON gives it (text, or an array of bytes) -> bytes."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
