@@ -2,53 +2,43 @@
 
 Every error is a `ConfigError` naming the key (dotted path) with the file and line where known.
 This module opens no logs, sockets or state: it only reads the config file it is given.
+It knows nothing of parsing: whether a `pattern` or a `mask` compiles into a parser is checked by
+`shipper.parse.validate`, and `shipper.settings.load` runs both (what the daemon and commands call).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 
+from shipper.config_output import DataStreamConfig as DataStreamConfig  # re-exported, as the two below
+from shipper.config_output import IndexTemplateMode as IndexTemplateMode
+from shipper.config_output import TLSConfig as TLSConfig
+from shipper.config_output import read_data_stream, read_tls
+from shipper.config_values import Lines as _Lines
+from shipper.config_values import Section as _Section
+from shipper.config_values import check_regex as _regex
+from shipper.config_values import decode_cloud_id as decode_cloud_id  # re-exported, as the four below
+from shipper.config_values import expand_env as expand_env
+from shipper.config_values import expand_values as _expand_values
+from shipper.config_values import parse_duration as parse_duration
+from shipper.config_values import parse_fingerprint as parse_fingerprint
+from shipper.config_values import parse_size as parse_size
 from shipper.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = "/etc/shipper/shipper.yaml"
+DEFAULT_STATE_DIR = "/var/lib/shipper"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9607"
 LOGSENE_RECEIVER = "https://logsene-receiver.sematext.com"
 LOGSENE_RECEIVER_EU = "https://logsene-receiver.eu.sematext.com"
 
 Format = Literal["auto", "json", "text", "regex"]
 StartAt = Literal["beginning", "end"]
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B|[KMGT])?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {
-    None: 1, "b": 1,
-    "k": 1024, "kb": 1000, "kib": 1024,
-    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
-    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
-    "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
-}
-_DUR_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_DUR_UNITS = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_INT_RE = re.compile(r"[+-]?\d+")
-_JSON_INT_RE = re.compile(r"-?(?:0|[1-9]\d*)")
-_JSON_FLOAT_RE = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_BOOLS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
-
-
-class _EnvValue(str):
-    """A value that was exactly one `${VAR}`: its text, typed by the key that reads it.
-
-    `bulk_max_events: ${N}` becomes a number and `verify: ${V}` a boolean, while a password such
-    as `007`, `0x1F` or `on` stays the text it is (YAML's own typing would turn those into 7, 31, True).
-    """
-
-    __slots__ = ()
 
 
 # max_line_bytes' upper bound, 64MiB: a longer line could not be indexed anyway (Elasticsearch
@@ -97,31 +87,6 @@ class InputConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class TLSConfig:
-    verify: bool = True
-    ca_file: str | None = None
-    cert_file: str | None = None          # client certificate (PEM); may hold the key too
-    key_file: str | None = None           # its private key (PEM)
-    ca_fingerprint: str | None = None     # SHA-256 of a CA certificate in the server's chain: 64 hex digits, lower case
-
-
-IndexTemplateMode = Literal["auto", "off"]
-
-
-@dataclass(frozen=True, slots=True)
-class DataStreamConfig:
-    """`output.elasticsearch.data_stream`: documents go with `create` to `<type>-<dataset>-<namespace>`."""
-
-    type: str = "logs"
-    dataset: str = "generic"
-    namespace: str = "default"
-
-    @property
-    def name(self) -> str:
-        return f"{self.type}-{self.dataset}-{self.namespace}"
-
-
-@dataclass(frozen=True, slots=True)
 class ElasticsearchConfig:
     hosts: tuple[str, ...] = ("http://127.0.0.1:9200",)
     index: str = "logs-%Y.%m.%d"
@@ -155,13 +120,13 @@ class RetryConfig:
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
-    listen: str | None = "127.0.0.1:9607"
+    listen: str | None = DEFAULT_METRICS_LISTEN
     health_down_after_s: float = 60.0     # /health answers 503 once the output has been down this long
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    state_dir: str = "/var/lib/shipper"
+    state_dir: str = DEFAULT_STATE_DIR
     log_level: str = "info"
     shutdown_timeout_s: float = 10.0
     inputs: tuple[InputConfig, ...] = ()
@@ -172,286 +137,18 @@ class Config:
     max_open_files: int = 1024
     clean_removed_after_s: float = 3600.0   # checkpoints of files gone and fully shipped are forgotten after this
     source: str | None = None
+    # dotted key -> its line in `source`, so checks made after loading (shipper.parse.validate) name the line
+    key_lines: Mapping[str, int] = field(default_factory=dict, compare=False, repr=False)
 
 
-# ---------------------------------------------------------------- value parsers
-
-def parse_size(value: Any, key: str = "size") -> int:
-    """`512KiB`, `5MiB`, `1GiB`, `100` (bytes) -> bytes."""
-    if isinstance(value, bool):
-        raise ConfigError(key, f"expected a size like 5MiB, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ConfigError(key, "must not be negative")
-        return value
-    m = _SIZE_RE.match(str(value))
-    if not m:
-        raise ConfigError(key, f"expected a size like 512KiB, 5MiB or 1GiB, got {value!r}")
-    unit = m.group(2).lower() if m.group(2) else None
-    return int(float(m.group(1)) * _SIZE_UNITS[unit])
-
-
-def parse_duration(value: Any, key: str = "duration") -> float:
-    """`250ms`, `10s`, `5m`, `1h`, or a number of seconds -> seconds."""
-    if isinstance(value, bool):
-        raise ConfigError(key, f"expected a duration like 10s, got {value!r}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ConfigError(key, "must not be negative")
-        return float(value)
-    m = _DUR_RE.match(str(value))
-    if not m:
-        raise ConfigError(key, f"expected a duration like 250ms, 10s or 5m, got {value!r}")
-    return float(m.group(1)) * _DUR_UNITS[m.group(2)]
-
-
-def decode_cloud_id(cloud_id: str, key: str = "cloud_id") -> str:
-    """An Elastic Cloud id (`label:base64(host[:port]$es_uuid[:port]$kibana_uuid)`) -> the https URL
-    of its Elasticsearch, as Beats decode it: the label is ignored, the port defaults to 443."""
-    text = cloud_id.strip()
-    encoded = text.rsplit(":", 1)[-1] if ":" in text else text
-    try:
-        decoded = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode("utf-8")
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise ConfigError(key, "is not a cloud id (label:base64 from the deployment's page)") from None
-    parts = decoded.split("$")
-    if len(parts) < 2 or not parts[0] or not parts[1]:
-        raise ConfigError(key, "does not decode to host$elasticsearch_id$kibana_id")
-    host, port = _split_port(parts[0], "443", key)
-    es_id, port = _split_port(parts[1], port, key)
-    if not re.fullmatch(r"[A-Za-z0-9.-]+", host) or not re.fullmatch(r"[A-Za-z0-9-]+", es_id):
-        raise ConfigError(key, "decodes to an invalid host name")
-    return f"https://{es_id}.{host}:{port}"
-
-
-def _split_port(word: str, default: str, key: str) -> tuple[str, str]:
-    if ":" not in word:
-        return word, default
-    name, port = word.rsplit(":", 1)
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(key, f"decodes to an invalid port {port!r}")
-    return name, port
-
-
-_DS_PART_RE = re.compile(r"[a-z0-9_.]+")   # Elastic's naming scheme: lower case, no `-` inside a part
-
-
-def parse_fingerprint(value: str, key: str = "ca_fingerprint") -> str:
-    """`3A:F1:..` (openssl), `3af1..` (what Elasticsearch 8 prints at first start) -> 64 lower-case hex digits."""
-    hexed = re.sub(r"[\s:]", "", value).lower()
-    if not re.fullmatch(r"[0-9a-f]{64}", hexed):
-        raise ConfigError(key, "expected the SHA-256 fingerprint of a CA certificate: 64 hex digits, "
-                               "with or without colons")
-    return hexed
-
-
-def expand_env(text: str, env: Mapping[str, str] | None = None) -> str:
-    """Replace `${VAR}` (and `${VAR:-default}`) anywhere in the file's text."""
-    env = os.environ if env is None else env
-
-    def sub(m: re.Match[str]) -> str:
-        name, default = m.group(1), m.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        raise ConfigError(f"${{{name}}}", "environment variable is not set")
-
-    return _ENV_RE.sub(sub, text)
-
-
-# ---------------------------------------------------------------- the loader
-
-class _Lines:
-    """Maps dotted key paths to 1-based line numbers, from the composed YAML node tree."""
-
-    def __init__(self, file: str | None) -> None:
-        self.file = file
-        self.lines: dict[str, int] = {}
-
-    def walk(self, node: yaml.Node | None, path: str) -> None:
-        if node is None:
-            return
-        if isinstance(node, yaml.MappingNode):
-            seen: set[str] = set()
-            for k, v in node.value:
-                sub = f"{path}.{k.value}" if path else str(k.value)
-                if k.value in seen:   # YAML would silently keep the last one
-                    raise ConfigError(sub, "duplicate key", self.file, k.start_mark.line + 1)
-                seen.add(k.value)
-                self.lines[sub] = k.start_mark.line + 1
-                self.walk(v, sub)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                sub = f"{path}[{i}]"
-                self.lines[sub] = v.start_mark.line + 1
-                self.walk(v, sub)
-
-    def error(self, key: str, message: str) -> ConfigError:
-        line = self.lines.get(key)
-        probe = key
-        while line is None and ("." in probe or "[" in probe):
-            probe = re.sub(r"(\.[^.\[]+|\[\d+\])$", "", probe)
-            line = self.lines.get(probe)
-        return ConfigError(key, message, self.file, line)
-
-
-class _Section:
-    """Reads one mapping, remembers which keys were used, rejects the rest."""
-
-    def __init__(self, data: Any, path: str, lines: _Lines) -> None:
-        self.path = path
-        self.lines = lines
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise lines.error(path or "(top level)", f"expected a mapping, got {type(data).__name__}")
-        self.data: dict[str, Any] = data
-        self.used: set[str] = set()
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def has(self, name: str) -> bool:
-        return name in self.data
-
-    def raw(self, name: str, default: Any = None) -> Any:
-        self.used.add(name)
-        return self.data.get(name, default)
-
-    def wrap(self, name: str, fn: Any, default: Any) -> Any:
-        self.used.add(name)
-        if name not in self.data or self.data[name] is None:
-            return default
-        try:
-            return fn(self.data[name], self.key(name))
-        except ConfigError as e:
-            raise self.lines.error(self.key(name), e.message) from None
-
-    def size(self, name: str, default: int, minimum: int = 0, maximum: tuple[int, str] | None = None) -> int:
-        """`maximum`: (bytes, why), the why said in the error."""
-        v = int(self.wrap(name, parse_size, default))
-        if v < minimum:
-            raise self.lines.error(self.key(name), f"must be at least {minimum} bytes")
-        if maximum is not None and v > maximum[0]:
-            raise self.lines.error(self.key(name), f"must be at most {maximum[0]} bytes ({maximum[1]})")
-        return v
-
-    def duration(self, name: str, default: float, positive: bool = False) -> float:
-        v = float(self.wrap(name, parse_duration, default))
-        if positive and v <= 0:
-            raise self.lines.error(self.key(name), "must be greater than zero")
-        return v
-
-    def integer(self, name: str, default: int, minimum: int = 1) -> int:
-        self.used.add(name)
-        v = self.data.get(name, default)
-        if v is None:
-            return default
-        if isinstance(v, _EnvValue) and _INT_RE.fullmatch(v.strip()):
-            v = int(v)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.lines.error(self.key(name), f"expected a whole number, got {str(v) if isinstance(v, str) else v!r}")
-        if v < minimum:
-            raise self.lines.error(self.key(name), f"must be at least {minimum}")
-        return v
-
-    def boolean(self, name: str, default: bool) -> bool:
-        self.used.add(name)
-        v = self.data.get(name, default)
-        if v is None:
-            return default
-        if isinstance(v, _EnvValue) and v.strip().lower() in _BOOLS:
-            v = _BOOLS[v.strip().lower()]
-        if not isinstance(v, bool):
-            raise self.lines.error(self.key(name), f"expected true or false, got {str(v) if isinstance(v, str) else v!r}")
-        return v
-
-    def string(self, name: str, default: str | None, choices: tuple[str, ...] | None = None) -> Any:
-        self.used.add(name)
-        v = self.data.get(name)
-        if v is None:                      # absent or null: the default
-            return default
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            v = str(v)
-        if not isinstance(v, str):
-            raise self.lines.error(self.key(name), f"expected a string, got {type(v).__name__}")
-        v = str(v)
-        if choices is not None and v not in choices:
-            raise self.lines.error(self.key(name), f"must be one of {', '.join(choices)}, got {v!r}")
-        return v
-
-    def strings(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-        self.used.add(name)
-        v = self.data.get(name)
-        if v is None:
-            return default
-        if isinstance(v, str):
-            v = [v]
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise self.lines.error(self.key(name), "expected a list of strings")
-        return tuple(str(x) for x in v)
-
-    def mapping(self, name: str) -> dict[str, Any]:
-        self.used.add(name)
-        v = self.data.get(name)
-        if v is None:
-            return {}
-        if not isinstance(v, dict):
-            raise self.lines.error(self.key(name), "expected a mapping")
-        return {str(k): x for k, x in v.items()}
-
-    def json_mapping(self, name: str) -> dict[str, Any]:
-        """A free-form mapping that goes into documents as JSON (`fields`): string keys, JSON values."""
-        return _json_value(self.mapping(name), self.key(name), self.lines)  # type: ignore[no-any-return]
-
-    def finish(self) -> None:
-        unknown = [k for k in self.data if k not in self.used]
-        if unknown:
-            k = unknown[0]
-            raise self.lines.error(self.key(str(k)), "unknown key")
-
-
-def _json_value(v: Any, key: str, lines: _Lines) -> Any:
-    """YAML data -> JSON data. A `${VAR}` value is typed like JSON: `3` a number, `true` a boolean,
-    anything else (`007`, `on`) the text it is. Dates and other YAML-only types become strings."""
-    if isinstance(v, _EnvValue):
-        t = v.strip()
-        if _JSON_INT_RE.fullmatch(t):
-            return int(t)
-        if _JSON_FLOAT_RE.fullmatch(t):
-            return float(t)
-        if t in ("true", "false"):
-            return t == "true"
-        return str(v)
-    if isinstance(v, dict):
-        out = {}
-        for k, x in v.items():
-            if not isinstance(k, str):
-                k = str(k).lower() if isinstance(k, bool) else str(k)
-            out[k] = _json_value(x, f"{key}.{k}", lines)
-        return out
-    if isinstance(v, (list, tuple)):
-        return [_json_value(x, f"{key}[{i}]", lines) for i, x in enumerate(v)]
-    if v is None or isinstance(v, (str, int, float, bool)):
-        if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")):
-            raise lines.error(key, "NaN and infinity cannot go into a JSON document")
-        return v
-    if isinstance(v, (set, frozenset)):
-        return [_json_value(x, f"{key}[{i}]", lines) for i, x in enumerate(sorted(v, key=repr))]
-    if hasattr(v, "isoformat"):
-        return v.isoformat()
-    if isinstance(v, bytes):
-        raise lines.error(key, "binary values cannot go into a JSON document")
-    return str(v)
-
-
-def _regex(value: str, key: str, lines: _Lines) -> str:
-    try:
-        re.compile(value)
-    except re.error as e:
-        raise lines.error(key, f"invalid regular expression: {e}") from None
-    return value
+# The defaults, as the dataclasses give them: the loader reads every default from these.
+_TOP_DEFAULTS = Config()
+_ES_DEFAULTS = _TOP_DEFAULTS.output
+_QUEUE_DEFAULTS = _TOP_DEFAULTS.queue
+_RETRY_DEFAULTS = _TOP_DEFAULTS.retry
+_METRICS_DEFAULTS = _TOP_DEFAULTS.metrics
+_INPUT_DEFAULTS = InputConfig(paths=())
+_MULTILINE_DEFAULTS = MultilineConfig(start="")
 
 
 def _journald(s: _Section, lines: _Lines) -> JournaldConfig | None:
@@ -487,11 +184,12 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     for p in paths:
         if not os.path.isabs(os.path.expanduser(p)):
             raise lines.error(s.key("paths"), f"globs must be absolute paths, got {p!r}")
-    fmt = s.string("format", "auto", ("auto", "json", "text", "regex"))
+    fmt = s.string("format", _INPUT_DEFAULTS.format, ("auto", "json", "text", "regex"))
     pattern = s.string("pattern", None)
     if fmt == "regex":
         if not pattern:
-            raise lines.error(s.key("pattern"), "format regex needs a pattern (a regex with named groups, or nginx, apache, syslog)")
+            raise lines.error(s.key("pattern"), "format regex needs a pattern "
+                                                "(a regex with named groups, or nginx, apache, syslog)")
         if pattern not in ("nginx", "apache", "syslog"):
             _regex(pattern, s.key("pattern"), lines)
             if "(?P<" not in pattern:
@@ -503,11 +201,11 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         if not start:
             raise lines.error(m.key("start"), "multiline needs a start regex")
         _regex(start, m.key("start"), lines)
-        multiline = MultilineConfig(start=start, max_lines=m.integer("max_lines", 500),
-                                    timeout_s=m.duration("timeout", 1.0, positive=True))
+        multiline = MultilineConfig(start=start, max_lines=m.integer("max_lines", _MULTILINE_DEFAULTS.max_lines),
+                                    timeout_s=m.duration("timeout", _MULTILINE_DEFAULTS.timeout_s, positive=True))
         m.finish()
-    start_at = s.string("start_at", "beginning", ("beginning", "end"))
-    tz = s.string("timezone", "local")
+    start_at = s.string("start_at", _INPUT_DEFAULTS.start_at, ("beginning", "end"))
+    tz = s.string("timezone", _INPUT_DEFAULTS.timezone)
     if tz not in ("local", "UTC", "utc"):
         try:
             from zoneinfo import ZoneInfo
@@ -524,18 +222,6 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     mask = {k: ("" if v is None else str(v)) for k, v in s.mapping("mask").items()}
     for r in mask:
         _regex(r, f"{s.key('mask')}.{r}", lines)
-    if fmt == "regex" and pattern:
-        from shipper.parse.regex import RegexParser
-        try:
-            RegexParser(pattern, "UTC")
-        except ValueError as e:
-            raise lines.error(s.key("pattern"), str(e)) from None
-    if mask or rename or s.data.get("drop_fields"):
-        from shipper.parse.filters import DocTransform
-        try:
-            DocTransform(s.strings("drop_fields"), rename, mask)
-        except ValueError as e:
-            raise lines.error(s.key("mask"), str(e)) from None
     cfg = InputConfig(
         paths=paths,
         exclude=s.strings("exclude"),
@@ -544,63 +230,22 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         multiline=multiline,
         fields=s.json_mapping("fields"),
         start_at=start_at,
-        scan_interval_s=s.duration("scan_interval", 10.0, positive=True),
+        scan_interval_s=s.duration("scan_interval", _INPUT_DEFAULTS.scan_interval_s, positive=True),
         index=s.string("index", None),
-        max_line_bytes=s.size("max_line_bytes", 1024 * 1024, minimum=16, maximum=MAX_LINE_BYTES_LIMIT),
+        max_line_bytes=s.size("max_line_bytes", _INPUT_DEFAULTS.max_line_bytes, minimum=16,
+                              maximum=MAX_LINE_BYTES_LIMIT),
         timezone="UTC" if tz == "utc" else tz,
         include_lines=include_lines,
         exclude_lines=exclude_lines,
         drop_fields=s.strings("drop_fields"),
         rename_fields=rename,
         mask=mask,
-        close_inactive_s=s.duration("close_inactive", 300.0, positive=True),
+        close_inactive_s=s.duration("close_inactive", _INPUT_DEFAULTS.close_inactive_s, positive=True),
         journald=journald,
     )
     s.finish()
     return cfg
 
-
-def _tls(t: _Section, ca: str | None, lines: _Lines) -> TLSConfig:
-    verify = t.boolean("verify", True)
-    cert = t.string("cert_file", None)
-    key = t.string("key_file", None)
-    for name, path in (("cert_file", cert), ("key_file", key)):
-        if path and not os.path.exists(path):
-            raise lines.error(t.key(name), f"file not found: {path}")
-    if key and not cert:
-        raise lines.error(t.key("key_file"), "is set but tls.cert_file is not")
-    if cert:
-        import ssl
-        try:
-            ssl.create_default_context().load_cert_chain(cert, key)
-        except (ssl.SSLError, OSError) as e:
-            raise lines.error(t.key("cert_file" if key is None else "key_file"),
-                              f"cannot load the client certificate and key: {e}") from None
-    fp = t.string("ca_fingerprint", None)
-    if fp:
-        try:
-            fp = parse_fingerprint(fp, t.key("ca_fingerprint"))
-        except ConfigError as e:
-            raise lines.error(e.key, e.message) from None
-        if not verify:
-            raise lines.error(t.key("ca_fingerprint"), "pins a CA, which needs tls.verify: true")
-    return TLSConfig(verify=verify, ca_file=ca, cert_file=cert, key_file=key, ca_fingerprint=fp or None)
-
-
-def _data_stream(es: _Section, lines: _Lines) -> DataStreamConfig | None:
-    if es.raw("data_stream") is None:
-        return None
-    d = _Section(es.raw("data_stream"), es.key("data_stream"), lines)
-    ds = DataStreamConfig(type=d.string("type", "logs"), dataset=d.string("dataset", "generic"),
-                          namespace=d.string("namespace", "default"))
-    for part in ("type", "dataset", "namespace"):
-        v = getattr(ds, part)
-        if not _DS_PART_RE.fullmatch(v) or v.startswith((".", "_")):
-            raise lines.error(d.key(part), f"expected lower-case letters, digits, `_` or `.` (no `-`), got {v!r}")
-    if len(ds.name.encode()) > 100:
-        raise lines.error(d.key("dataset"), "the data stream name would be longer than 100 bytes")
-    d.finish()
-    return ds
 
 
 def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:
@@ -609,7 +254,7 @@ def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:
         return "off"
     if v is True:
         return "auto"
-    mode: IndexTemplateMode = es.string("index_template", "auto", ("auto", "off"))
+    mode: IndexTemplateMode = es.string("index_template", _ES_DEFAULTS.index_template, ("auto", "off"))
     return mode
 
 
@@ -630,7 +275,7 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
     elif es.has("url"):
         hosts = (es.string("url", None),)
     else:
-        hosts = es.strings("hosts", ("http://127.0.0.1:9200",))
+        hosts = es.strings("hosts", _ES_DEFAULTS.hosts)
     if not hosts or not all(hosts):
         raise lines.error("output.elasticsearch.hosts", "at least one host URL is required")
     for h in hosts:
@@ -642,13 +287,13 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         ca = t.string("ca_file", None)
         if ca and not os.path.exists(ca):
             raise lines.error("output.elasticsearch.tls.ca_file", f"file not found: {ca}")
-        tls = _tls(t, ca, lines)
+        tls = read_tls(t, ca, lines)
         t.finish()
-    data_stream = _data_stream(es, lines)
+    data_stream = read_data_stream(es, lines)
     if data_stream is not None and es.data.get("index") is not None:
         raise lines.error("output.elasticsearch.index", "give either index or data_stream, not both "
                                                         "(a data stream's name is <type>-<dataset>-<namespace>)")
-    index = data_stream.name if data_stream is not None else es.string("index", "logs-%Y.%m.%d")
+    index = data_stream.name if data_stream is not None else es.string("index", _ES_DEFAULTS.index)
     if not index:
         raise lines.error("output.elasticsearch.index", "must not be empty")
     username = es.string("username", None)
@@ -661,40 +306,21 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         username=username,
         password=password,
         api_key=es.string("api_key", None),
-        compression=es.string("compression", "gzip", ("gzip", "none")),
-        bulk_max_events=es.integer("bulk_max_events", 2000),
-        bulk_max_bytes=es.size("bulk_max_bytes", 5 * 1024 * 1024, minimum=1024),
-        flush_interval_s=es.duration("flush_interval", 1.0, positive=True),
-        flush_min_interval_s=es.duration("flush_min_interval", 0.02),
-        timeout_s=es.duration("timeout", 30.0, positive=True),
+        compression=es.string("compression", _ES_DEFAULTS.compression, ("gzip", "none")),
+        bulk_max_events=es.integer("bulk_max_events", _ES_DEFAULTS.bulk_max_events),
+        bulk_max_bytes=es.size("bulk_max_bytes", _ES_DEFAULTS.bulk_max_bytes, minimum=1024),
+        flush_interval_s=es.duration("flush_interval", _ES_DEFAULTS.flush_interval_s, positive=True),
+        flush_min_interval_s=es.duration("flush_min_interval", _ES_DEFAULTS.flush_min_interval_s),
+        timeout_s=es.duration("timeout", _ES_DEFAULTS.timeout_s, positive=True),
         tls=tls,
         pipeline=es.string("pipeline", None),
-        max_in_flight=es.integer("max_in_flight", 4),
+        max_in_flight=es.integer("max_in_flight", _ES_DEFAULTS.max_in_flight),
         index_template=_index_template(es, lines),
         data_stream=data_stream,
         cloud_id=cloud_id,
     )
     es.finish()
     return cfg
-
-
-def _expand_values(data: Any, path: str, lines: _Lines, env: Mapping[str, str] | None) -> Any:
-    """Expand `${VAR}` in every string value (never in comments). A value that is exactly one
-    `${VAR}` takes the YAML type of what it expands to, so `bulk_max_events: ${N}` is a number."""
-    if isinstance(data, dict):
-        return {k: _expand_values(v, f"{path}.{k}" if path else str(k), lines, env) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_expand_values(v, f"{path}[{i}]", lines, env) for i, v in enumerate(data)]
-    if isinstance(data, str) and "${" in data:
-        try:
-            out = expand_env(data, env)
-        except ConfigError as e:
-            raise lines.error(path, f"{e.key}: {e.message}") from None
-        if _ENV_RE.fullmatch(data.strip()):
-            # the whole value: typed by the key that reads it; empty means not set
-            return _EnvValue(out) if out.strip() else None
-        return out
-    return data
 
 
 def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] | None = None) -> Config:
@@ -716,13 +342,13 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
     if not isinstance(inputs_raw, list):
         raise lines.error("inputs", "expected a list of inputs")
     inputs = tuple(_input(d, f"inputs[{i}]", lines) for i, d in enumerate(inputs_raw))
-    state_dir = s.string("state_dir", "/var/lib/shipper")
+    state_dir = s.string("state_dir", _TOP_DEFAULTS.state_dir)
     if not state_dir:
         raise lines.error("state_dir", "must not be empty")
-    if isinstance(s.data.get("log_level"), str) and s.data["log_level"].strip().lower() in ("warn", "warning", "debug", "info", "error"):
-        lv = s.data["log_level"].strip().lower()
-        s.data["log_level"] = "warning" if lv == "warn" else lv
-    level = s.string("log_level", "info", ("debug", "info", "warning", "error"))
+    lv = s.data.get("log_level")
+    if isinstance(lv, str) and lv.strip().lower() in ("warn", "warning", "debug", "info", "error"):
+        s.data["log_level"] = "warning" if lv.strip().lower() == "warn" else lv.strip().lower()
+    level = s.string("log_level", _TOP_DEFAULTS.log_level, ("debug", "info", "warning", "error"))
     output = _output(s.raw("output"), lines)
     if output.data_stream is not None:
         for i, inp in enumerate(inputs):
@@ -731,35 +357,38 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
                 raise lines.error(f"inputs[{i}].index", "with output.elasticsearch.data_stream an input's index "
                                                         "names a data stream: no strftime (%) in it")
     q = _Section(s.raw("queue"), "queue", lines)
-    queue = QueueConfig(max_bytes=q.size("max_bytes", 1024**3, minimum=64 * 1024))
+    queue = QueueConfig(max_bytes=q.size("max_bytes", _QUEUE_DEFAULTS.max_bytes, minimum=64 * 1024))
     q.finish()
     r = _Section(s.raw("retry"), "retry", lines)
-    retry = RetryConfig(initial_backoff_s=r.duration("initial_backoff", 1.0, positive=True),
-                        max_backoff_s=r.duration("max_backoff", 60.0, positive=True))
+    retry = RetryConfig(
+        initial_backoff_s=r.duration("initial_backoff", _RETRY_DEFAULTS.initial_backoff_s, positive=True),
+        max_backoff_s=r.duration("max_backoff", _RETRY_DEFAULTS.max_backoff_s, positive=True))
     if retry.max_backoff_s < retry.initial_backoff_s:
         raise lines.error("retry.max_backoff", "must not be below retry.initial_backoff")
     r.finish()
     m = _Section(s.raw("metrics"), "metrics", lines)
     # an explicit null (or an empty ${VAR}) turns metrics off
-    listen = None if m.has("listen") and m.raw("listen") is None else m.string("listen", "127.0.0.1:9607")
+    listen = None if m.has("listen") and m.raw("listen") is None else m.string("listen", _METRICS_DEFAULTS.listen)
     if not listen:
         listen = None
     if listen is not None and not re.match(r"^(\[[0-9A-Fa-f:.]+\]|[^:\s\[\]]*):\d{1,5}$", listen):
-        raise lines.error("metrics.listen", f"expected HOST:PORT (an IPv6 address in brackets: [::1]:9607), got {listen!r}")
-    health_down_after_s = m.duration("health_down_after", 60.0)
+        raise lines.error("metrics.listen",
+                          f"expected HOST:PORT (an IPv6 address in brackets: [::1]:9607), got {listen!r}")
+    health_down_after_s = m.duration("health_down_after", _METRICS_DEFAULTS.health_down_after_s)
     m.finish()
     cfg = Config(
         state_dir=os.path.expanduser(state_dir),
         log_level=level,
-        shutdown_timeout_s=s.duration("shutdown_timeout", 10.0),
+        shutdown_timeout_s=s.duration("shutdown_timeout", _TOP_DEFAULTS.shutdown_timeout_s),
         inputs=inputs,
         output=output,
         queue=queue,
         retry=retry,
         metrics=MetricsConfig(listen=listen, health_down_after_s=health_down_after_s),
-        max_open_files=s.integer("max_open_files", 1024),
-        clean_removed_after_s=s.duration("clean_removed_after", 3600.0, positive=True),
+        max_open_files=s.integer("max_open_files", _TOP_DEFAULTS.max_open_files),
+        clean_removed_after_s=s.duration("clean_removed_after", _TOP_DEFAULTS.clean_removed_after_s, positive=True),
         source=file,
+        key_lines=dict(lines.lines),
     )
     s.finish()
     return cfg

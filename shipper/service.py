@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from shipper import native, sdnotify
+from shipper import native, sdnotify, settings
 from shipper.clock import Clock, SystemClock
-from shipper.config import Config, InputConfig, load_config
+from shipper.config import Config, InputConfig
 from shipper.errors import ConfigError, ShipperError
 from shipper.events import Events
 from shipper.logs import register_secret
@@ -257,7 +257,7 @@ class Service:
         if not self.config_path:
             return
         try:
-            new = await asyncio.to_thread(load_config, self.config_path)
+            new = await asyncio.to_thread(settings.load, self.config_path)
         except ConfigError as e:
             log.error("reload rejected, keeping the running config", extra={"error": str(e)})
             return

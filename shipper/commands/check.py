@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from shipper.config import InputConfig, load_config
+from shipper import settings
+from shipper.config import InputConfig
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
 from shipper.ship.template import Inspection, inspect
@@ -32,7 +33,7 @@ def journald_report(idx: int, inp: InputConfig) -> tuple[str, bool]:
 
 
 def check(config_path: str) -> int:
-    cfg = load_config(config_path)
+    cfg = settings.load(config_path)
     ok = True
     print(f"config: {config_path}: valid")
     found = discovery.scan(cfg.inputs)

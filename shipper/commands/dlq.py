@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
+from shipper import settings
 from shipper.commands.status import daemon_running
-from shipper.config import load_config
 from shipper.control import DlqAction, dlq_cancel, dlq_read_answer, dlq_request
 from shipper.errors import ShipperError
 from shipper.ship import bulk as bulkproto
@@ -62,7 +62,7 @@ def _through_daemon(state_dir: str, action: DlqAction) -> int:
 
 
 def dlq(config_path: str, action: str) -> int:
-    cfg = load_config(config_path)
+    cfg = settings.load(config_path)
     if action == "list":
         if not os.path.isdir(os.path.join(cfg.state_dir, "spool")):
             return 0

@@ -10,7 +10,8 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from shipper.config import DEFAULT_CONFIG_PATH, Config, load_config
+from shipper import settings
+from shipper.config import DEFAULT_CONFIG_PATH, Config
 from shipper.errors import ConfigError, ShipperError
 
 
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="per-file progress, queue, dead letters, output state")
     with_config(s)
     s.add_argument("--json", action="store_true", help="one JSON object")
-    s.add_argument("--state-dir", help="look at this state dir (e.g. a `shipper pipe` queue); without -c no config is needed")
+    s.add_argument("--state-dir",
+                   help="look at this state dir (e.g. a `shipper pipe` queue); without -c no config is needed")
     d = sub.add_parser("dlq", help="dead-letter queue: list, replay or purge")
     d.add_argument("action", choices=("list", "replay", "purge"))
     with_config(d)
@@ -49,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--timeout", default="30s", help="how long to keep retrying after stdin closes (default 30s)")
     t = sub.add_parser("template", help="print or install the index template for the configured indices")
     with_config(t)
-    t.add_argument("--print", action="store_true", dest="print_only", help="print the template as JSON, install nothing")
+    t.add_argument("--print", action="store_true", dest="print_only",
+                   help="print the template as JSON, install nothing")
     t.add_argument("--force", action="store_true", help="replace an existing template named shipper")
     dm = sub.add_parser("demo", help="the whole pipeline on an embedded OpenSearch-compatible server")
     dm.add_argument("--lines", type=int, default=3000, help="sample lines to write (default 3000)")
@@ -57,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load(path: str) -> Config:
-    return load_config(path)
+    return settings.load(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

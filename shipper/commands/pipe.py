@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from shipper import settings
 from shipper.clock import SystemClock
-from shipper.config import Config, InputConfig, MetricsConfig, load_config, parse_duration
+from shipper.config import Config, InputConfig, MetricsConfig, parse_duration
 from shipper.errors import ConfigError
 from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
 from shipper.model import PipelineStatus
@@ -47,7 +48,7 @@ def default_state_dir(env: Mapping[str, str]) -> str:
 def build_config(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Config, InputConfig, float]:
     """argv -> (config without file inputs, the stdin input, timeout_s). Raises ConfigError (exit 2)."""
     if args.config:
-        cfg = load_config(args.config)
+        cfg = settings.load(args.config)
     else:
         for flag, value in (("--url", args.url), ("--index", args.index)):
             if not value:

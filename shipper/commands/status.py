@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from shipper.config import Config, MetricsConfig, load_config
+from shipper import settings
+from shipper.config import Config, MetricsConfig
 from shipper.service import STATUS_FILE
 from shipper.ship.client import redact_url
 from shipper.sources.journal import journal_key, status_entry
@@ -80,7 +81,7 @@ def _at_path(cp: Any) -> bool:
 
 def _stopped_files(spool: SpoolContents) -> list[dict[str, Any]]:
     shipped = spool.shipped_offsets()
-    files = []
+    files: list[dict[str, Any]] = []
     for cp in spool.checkpoints:
         inc = cp.incarnation
         if is_journal_checkpoint(cp):
@@ -293,7 +294,7 @@ def status(config_path: str, as_json: bool = False, state_dir: str | None = None
     if state_dir is not None and not os.path.exists(config_path):
         cfg = Config(state_dir=os.path.expanduser(state_dir), metrics=MetricsConfig(listen=None))
     else:
-        cfg = load_config(config_path)
+        cfg = settings.load(config_path)
         if state_dir is not None:
             cfg = dataclasses.replace(cfg, state_dir=os.path.expanduser(state_dir))
     doc = collect(cfg)

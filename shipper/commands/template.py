@@ -11,7 +11,7 @@ import sys
 
 import orjson
 
-from shipper.config import load_config
+from shipper import settings
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
 from shipper.ship.template import Distribution, TemplateResult, build_template, distribution, ensure_templates
@@ -20,7 +20,7 @@ ASSUMED = Distribution("elasticsearch", (8,), "default", "elasticsearch 8 (assum
 
 
 def template(config_path: str, *, print_only: bool = False, force: bool = False) -> int:
-    cfg = load_config(config_path)
+    cfg = settings.load(config_path)
 
     async def run() -> int:
         client = BulkClient(cfg.output, Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s))

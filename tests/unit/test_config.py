@@ -6,13 +6,30 @@ the YAML has one: that is what `shipper run|check` prints before exiting 2.
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
-from shipper.config import Config, JournaldConfig, load_config, load_config_text, parse_duration, parse_size, expand_env
+from shipper import settings
+from shipper.config import (
+    Config,
+    DataStreamConfig,
+    InputConfig,
+    JournaldConfig,
+    MultilineConfig,
+    TLSConfig,
+    expand_env,
+    load_config,
+    load_config_text,
+    parse_duration,
+    parse_size,
+)
 from shipper.errors import ConfigError
 
 MINIMAL = """\
@@ -23,7 +40,8 @@ inputs:
 
 
 def load(text: str, env: dict[str, str] | None = None, file: str | None = "/etc/shipper/shipper.yaml") -> Config:
-    return load_config_text(textwrap.dedent(text), file, env if env is not None else {})
+    """The full load the daemon and commands use: config, then the parse side's checks."""
+    return settings.load_text(textwrap.dedent(text), file, env if env is not None else {})
 
 
 def error(text: str, env: dict[str, str] | None = None) -> ConfigError:
@@ -295,6 +313,13 @@ def test_unset_env_names_the_variable_the_key_and_the_line() -> None:
     (MINIMAL + "metrics:\n  listen: '::1:9607'\n", "metrics.listen", 5, "in brackets"),
     (MINIMAL + "log_level: loud\n", "log_level", 4, "debug, info, warning, error"),
     (MINIMAL + "state_dir: /other\n", "state_dir", 4, "duplicate"),
+    # checked by shipper.parse.validate after loading, the line from Config.key_lines
+    ("inputs:\n  - paths: ['/x/*.log']\n    format: regex\n    pattern: '(?P<a>x)(?P<a__b>y)'\n",
+     "inputs[0].pattern", 4, "collide"),
+    ("inputs:\n  - paths: ['/x/*.log']\n  - paths: ['/y/*.log']\n    mask: {'(a)': 'x\\2'}\n",
+     "inputs[1].mask", 4, "invalid replacement"),
+    ("inputs:\n  - paths: ['/x/*.log']\n    drop_fields: [a]\n    mask: {'a': '\\g<nope>'}\n",
+     "inputs[0].mask", 4, "invalid replacement"),
     ("- just\n- a list\n", "(top level)", None, "mapping"),
 ])
 def test_errors_name_the_key_and_line(text: str, key: str, line: int | None, words: str) -> None:
@@ -346,6 +371,59 @@ def test_flush_min_interval_defaults_to_20ms_and_takes_zero() -> None:
     assert load(base + "output: {elasticsearch: {flush_min_interval: 5ms}}\n").output.flush_min_interval_s == 0.005
     e = error(base + "output: {elasticsearch: {flush_min_interval: soon}}\n")
     assert "output.elasticsearch.flush_min_interval" in str(e)
+
+
+# ---------------------------------------------------------------- defaults written once
+
+def fields_of(value: Any) -> dict[str, Any]:
+    """Field by field, `compare=False` ones (key_lines) included."""
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+
+
+def test_loading_nothing_gives_exactly_the_dataclass_defaults() -> None:
+    cfg = load_config_text("{}\n", None, {})
+    assert fields_of(cfg) == fields_of(Config())
+    assert fields_of(cfg.output) == fields_of(Config().output)
+    assert cfg == Config()
+
+
+def test_an_input_with_only_paths_gives_exactly_the_dataclass_defaults() -> None:
+    cfg = load_config_text("inputs:\n  - paths: ['/x/*.log']\n    multiline: {start: '^x'}\n"
+                           "output:\n  elasticsearch:\n    data_stream: {}\n    tls: {}\n", None, {})
+    (inp,) = cfg.inputs
+    assert fields_of(inp) == fields_of(InputConfig(paths=("/x/*.log",), multiline=MultilineConfig(start="^x")))
+    assert fields_of(inp.multiline) == fields_of(MultilineConfig(start="^x"))
+    assert cfg.output.data_stream == DataStreamConfig() and cfg.output.tls == TLSConfig()
+    (j,) = load_config_text("inputs:\n  - journald: {}\n", None, {}).inputs
+    assert fields_of(j) == fields_of(InputConfig(paths=(), journald=JournaldConfig()))
+
+
+def test_key_lines_map_dotted_keys_to_their_lines() -> None:
+    cfg = load(MINIMAL)
+    assert cfg.key_lines["state_dir"] == 1 and cfg.key_lines["inputs[0].paths"] == 3
+
+
+def test_config_alone_accepts_what_only_the_parsers_reject() -> None:
+    text = "inputs:\n  - paths: ['/x/*.log']\n    format: regex\n    pattern: '(?P<a>x)(?P<a__b>y)'\n"
+    assert load_config_text(text, None, {}).inputs[0].pattern == "(?P<a>x)(?P<a__b>y)"
+    with pytest.raises(ConfigError):
+        settings.load_text(text, None, {})
+
+
+def test_config_does_not_import_parse() -> None:
+    code = "import sys, shipper.config; print(sorted(m for m in sys.modules if m.startswith('shipper.parse')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_settings_load_reads_a_file_and_names_its_line(tmp_path: Path) -> None:
+    p = tmp_path / "shipper.yaml"
+    p.write_text("inputs:\n  - paths: ['/x/*.log']\n    format: regex\n    pattern: '(?P<a>x)(?P<a__b>y)'\n")
+    with pytest.raises(ConfigError) as ei:
+        settings.load(str(p), env={})
+    assert (ei.value.key, ei.value.file, ei.value.line) == ("inputs[0].pattern", str(p), 4)
+    p.write_text(MINIMAL)
+    assert settings.load(str(p), env={}).source == str(p)
 
 
 # ---------------------------------------------------------------- journald inputs
