@@ -91,7 +91,7 @@ def TestOneInput(data: bytes) -> None:
               for i, ln in enumerate(lines)]
     c, py, full = _build(b, "c", events), _build(b, "python", events), _build(b, "full", events)
     assert len(c) == len(py) == len(full), (len(c), len(py), len(full))
-    for pc, pp, pf in zip(c, py, full):
+    for pc, pp, pf in zip(c, py, full, strict=True):
         for p in (pc, pp, pf):
             assert p.endswith(b"\n") and p.count(b"\n") == 2, p
         ac, dc, _ = pc.split(b"\n")

@@ -48,7 +48,7 @@ class Checkpoint:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Checkpoint":
+    def from_dict(cls, d: dict[str, Any]) -> Checkpoint:
         return cls(d["incarnation"], d["path"], d["dev"], d["inode"], d["fp_len"], d["fp"], d["offset"],
                    d.get("size", 0), d.get("updated", 0.0), d.get("finished", False), d.get("cursor"))
 

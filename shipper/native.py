@@ -33,7 +33,7 @@ if MODULE_FILE:
     module = _load(MODULE_FILE)
 else:
     try:
-        from shipper import _native as module
+        from shipper import _native as module  # type: ignore[attr-defined,no-redef]
     except ImportError:   # pragma: no cover - built without a compiler
         pass
 

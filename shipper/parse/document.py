@@ -62,6 +62,7 @@ def _epoch(value: Any, now: float, tz: str) -> float | None:
     text in a known layout; None when unusable (unparseable, or outside years 1970..9999)."""
     if isinstance(value, bool):
         return None
+    t: float | None
     if isinstance(value, (int, float)):
         t = value / 1000.0 if value > 1e11 else float(value)
     elif isinstance(value, str):
@@ -441,9 +442,11 @@ class DocBuilder:
         def one(ev: Line) -> int:
             return self._build_general(incarnation, path, [ev], now, out)
 
-        return self._native(events, out, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
+        native = self._native
+        assert native is not None
+        return int(native(events, out, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
                             self._path_bytes(path), self._fields_bytes + b",", self._reserved_bytes, one,
-                            _FAST_MS_MIN, _FAST_MS_MAX)
+                            _FAST_MS_MIN, _FAST_MS_MAX))
 
     def _prefix_at_second(self, sec: int) -> bytes:
         """The action's start for an event in epoch second `sec` (an index named by time alone)."""

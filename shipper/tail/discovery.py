@@ -17,7 +17,8 @@ import struct
 import sys
 import threading
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from shipper.config import InputConfig
 
@@ -28,7 +29,7 @@ def base_dir(pattern: str) -> tuple[str, bool]:
     """The directory prefix of a glob without glob characters, and whether files lie deeper."""
     parts = pattern.split(os.sep)
     fixed: list[str] = []
-    for i, part in enumerate(parts[:-1]):
+    for part in parts[:-1]:
         if _GLOB_CHARS & set(part):
             return os.sep.join(fixed) or os.sep, True
         fixed.append(part)
@@ -356,8 +357,14 @@ class WatchdogWatcher:
         # registered twice (a benign race it resolves itself); as an error it would kill that thread
         warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
         try:
-            from watchdog.events import (DirCreatedEvent, DirMovedEvent, FileCreatedEvent,
-                                         FileModifiedEvent, FileMovedEvent, FileSystemEventHandler)
+            from watchdog.events import (
+                DirCreatedEvent,
+                DirMovedEvent,
+                FileCreatedEvent,
+                FileModifiedEvent,
+                FileMovedEvent,
+                FileSystemEventHandler,
+            )
             from watchdog.observers import Observer
         except ImportError:  # pragma: no cover - watchdog is a dependency
             return
