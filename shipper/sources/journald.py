@@ -5,17 +5,17 @@ inclusively from a cursor (dropping the entry equal to it), reports vacuumed gap
 restarts the child with backoff when it dies. Every decision is in `sources/journal.py`; faults
 are told to `Events` (journal_started, journal_gap, journal_reader_exited, journal_entry_skipped). Keeps
 nothing on disk: the cursor it starts from comes from the spool, and the pipeline commits the
-position of the events it queued in the same spool transaction as those events.
+position of the events it queued in the same spool transaction as those events. The one-shot
+runs (the head, `shipper check`) are in `sources/journald_probe.py`, re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import subprocess
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import orjson
@@ -34,11 +34,8 @@ from shipper.sources.journal import (
     SeqnumTracker,
     StartAt,
     classify_exit,
-    count_argv,
     decode_entry,
     follow_argv,
-    head_argv,
-    is_partial_view,
     journal_key,
     journal_lag,
     parse_cursor,
@@ -46,17 +43,28 @@ from shipper.sources.journal import (
     resume_gap,
     same_entry,
 )
+from shipper.sources.journald_probe import (
+    JOURNALCTL,
+    JournalCheck,
+    check_journal,
+    child_env,
+    cursor_of,
+    read_head,
+    read_head_sync,
+)
 
-JOURNALCTL = "journalctl"
+# this module's names and those re-exported from journald_probe.py: `from shipper.sources.journald import X` works as before the split
+__all__ = [
+    "JOURNALCTL",
+    "JournalCheck",
+    "JournalReader",
+    "JournalReaderConfig",
+    "check_journal",
+    "read_head",
+    "read_head_sync",
+]
+
 _STDERR_KEEP = 4096
-# journalctl's own output: no colours, no pager, whatever the environment says
-_CHILD_ENV = {"SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": "", "PAGER": "cat"}
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(_CHILD_ENV)
-    return env
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +260,7 @@ class JournalReader:
         self._stderr = deque()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env())
+                *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
         except OSError as e:
             self._schedule_restart(None, "failed", str(e))
             return
@@ -323,7 +331,7 @@ class JournalReader:
         """The first entry at or after `cursor` in the unfiltered journal (None: none)."""
         argv = probe_argv(self.cfg.executable, self.cfg.directory, cursor.text)
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_child_env())
+            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
         try:
             assert proc.stdout is not None
             try:
@@ -334,7 +342,7 @@ class JournalReader:
             if proc.returncode is None:
                 proc.kill()
             await proc.wait()
-        return _cursor_of(line)
+        return cursor_of(line)
 
     async def head(self) -> Cursor | None:
         """The newest entry this input matches (None: none); for lag."""
@@ -379,90 +387,3 @@ class JournalReader:
                 pass
             self._stderr_task = None
 
-
-def _cursor_of(line: bytes) -> Cursor | None:
-    if not line.strip():
-        return None
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    raw = obj.get("__CURSOR") if isinstance(obj, dict) else None
-    return parse_cursor(raw) if isinstance(raw, str) else None
-
-
-def _last_cursor(out: bytes) -> Cursor | None:
-    lines = out.strip().splitlines()
-    return _cursor_of(lines[-1]) if lines else None
-
-
-async def read_head(executable: str, directory: str | None, units: Sequence[str]) -> Cursor | None:
-    """The newest entry matching `units` in the journal (None: none, or unreadable)."""
-    proc = await asyncio.create_subprocess_exec(
-        *head_argv(executable, directory, units), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, env=_child_env())
-    try:
-        out, _ = await proc.communicate()
-    except asyncio.CancelledError:
-        if proc.returncode is None:
-            proc.kill()
-        await asyncio.shield(proc.wait())        # reaped, not left running behind a closed loop
-        raise
-    return _last_cursor(out)
-
-
-def read_head_sync(executable: str, directory: str | None, units: Sequence[str],
-                   timeout_s: float = 10.0) -> Cursor | None:
-    """`read_head` for commands without a loop (`shipper status`)."""
-    try:
-        done = subprocess.run(head_argv(executable, directory, units), stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=timeout_s, env=_child_env(), check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return _last_cursor(done.stdout)
-
-
-# ---------------------------------------------------------------- shipper check
-
-@dataclass(frozen=True, slots=True)
-class JournalCheck:
-    """What `shipper check` says of a journald input. `entries` counts matching entries up to
-    `max_entries` (`is_capped`: there are at least that many)."""
-
-    is_readable: bool
-    entries: int
-    is_capped: bool
-    detail: str
-
-
-def check_journal(directory: str | None, units: Sequence[str], executable: str = JOURNALCTL,
-                  max_entries: int = 100_000, timeout_s: float = 10.0) -> JournalCheck:
-    """Is the journal readable, and how many entries match? Reads at most `max_entries` short
-    lines within `timeout_s` (then counts what it got)."""
-    if directory is not None and not os.path.isdir(directory):
-        return JournalCheck(False, 0, False, f"{directory}: no such directory")
-    argv = count_argv(executable, directory, units, max_entries)
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=_child_env())
-    except OSError as e:
-        return JournalCheck(False, 0, False, f"{executable}: {e.strerror or e}")
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        timed_out = True
-    n = out.count(b"\n")
-    text = err.decode("utf-8", "replace").strip()
-    capped = n >= max_entries or timed_out
-    if proc.returncode not in (0, None) and not timed_out:
-        kind = classify_exit(proc.returncode, text)
-        detail = {"no_permission": "no permission to read the journal (the service user needs group "
-                                   "systemd-journal)"}.get(kind, text.splitlines()[-1] if text else f"exit {proc.returncode}")
-        return JournalCheck(False, n, False, detail)
-    if is_partial_view(text):
-        return JournalCheck(False, n, capped, "only this user's own entries are visible (the service user needs "
-                                              "group systemd-journal)")
-    return JournalCheck(True, n, capped, "timed out counting" if timed_out else "")
