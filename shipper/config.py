@@ -19,7 +19,7 @@ DEFAULT_CONFIG_PATH = "/etc/shipper/shipper.yaml"
 LOGSENE_RECEIVER = "https://logsene-receiver.sematext.com"
 LOGSENE_RECEIVER_EU = "https://logsene-receiver.eu.sematext.com"
 
-Format = Literal["auto", "json", "text", "regex"]
+Format = Literal["auto", "json", "text", "regex", "docker", "cri"]
 StartAt = Literal["beginning", "end"]
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B|[KMGT])?\s*$", re.IGNORECASE)
@@ -378,7 +378,7 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     for p in paths:
         if not os.path.isabs(os.path.expanduser(p)):
             raise lines.error(s.key("paths"), f"globs must be absolute paths, got {p!r}")
-    fmt = s.string("format", "auto", ("auto", "json", "text", "regex"))
+    fmt = s.string("format", "auto", ("auto", "json", "text", "regex", "docker", "cri"))
     pattern = s.string("pattern", None)
     if fmt == "regex":
         if not pattern:

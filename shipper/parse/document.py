@@ -5,6 +5,11 @@ groups. Always added: @timestamp, host.name, log.file.path, log.offset, the inpu
 Bad input is flagged in `log.flags`, never raised. The `_id` is `<incarnation>-<offset>`.
 Valid pino lines are built in C when `shipper/_native.c` is built (`_build_native`); this file
 is the reference for what every document holds.
+
+Container logs (format docker/cri, or container records found by auto) arrive joined by
+`parse/container.py` and go through `build_container`: the joined text is parsed by `to_doc` as
+format auto parses a line, with the runtime's time as the fallback @timestamp, plus log.stream and
+the fields the path tells (kubernetes.*, container.*). Plain lines among them take `build`.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import orjson
 
 from shipper import native
 from shipper.config import InputConfig
-from shipper.model import FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
+from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
+from shipper.parse.container import ContainerEvent, path_metadata
 from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
@@ -105,6 +111,9 @@ class DocBuilder:
 
     def __init__(self, inp: InputConfig, default_index: str, host_name: str) -> None:
         self.format = inp.format
+        # docker/cri: the joined text of a record is parsed as format auto parses a line
+        self._line_format = "auto" if inp.format in ("docker", "cri") else inp.format
+        self._path_meta: dict[str, dict[str, Any]] = {}
         self.tz = inp.timezone
         self.fields = dict(inp.fields)
         self._fields_flat = not any(isinstance(v, (dict, list)) for v in self.fields.values())
@@ -182,13 +191,16 @@ class DocBuilder:
         return p
 
     def to_doc(self, data: bytes, flags: int, path: str, offset: int, now: float,
-               parsed: dict[str, Any] | None = None, *, as_text: bool = False) -> tuple[dict[str, Any], float] | None:
+               parsed: dict[str, Any] | None = None, *, as_text: bool = False, stream: str = "",
+               attrs: dict[str, Any] | None = None) -> tuple[dict[str, Any], float] | None:
         """One event -> (document, event time). None when a line filter drops it.
         `parsed`: `data` already parsed (orjson.loads of the bytes gave this dict).
-        `as_text`: JSON that cannot be shipped as such: the line as text, flagged json_parse_failed."""
+        `as_text`: JSON that cannot be shipped as such: the line as text, flagged json_parse_failed.
+        `stream`: a container record (see `build_container`; `now` is then the runtime's time):
+        adds log.stream, the path's kubernetes/container fields and docker.attrs."""
         fl: list[str] | None = ["json_parse_failed"] if as_text else None
         obj: Any = parsed
-        fmt = self.format
+        fmt = self._line_format
         if obj is not None:
             pass
         elif (fmt == "auto" or fmt == "json") and not as_text:
@@ -245,6 +257,19 @@ class DocBuilder:
         if not _usable(t):
             t = now
         doc["@timestamp"] = ts_text or format_timestamp(t)
+        if stream:
+            # before the input's fields, so `fields: {kubernetes: {cluster: ...}}` merges into them
+            meta = self._container_meta(path)
+            if attrs:
+                meta = dict(meta, docker={"attrs": attrs})
+            for k, v in meta.items():
+                cur = doc.get(k)
+                if isinstance(cur, dict):
+                    _merge(cur, v)
+                elif cur is None:
+                    doc[k] = _copy_json(v)
+                else:
+                    doc[k] = dict(_copy_json(v), original=cur)
         if self.fields:
             # before the fields SPEC always adds, so `fields: {log: {...}}` cannot drop log.offset
             if self._fields_flat:
@@ -255,6 +280,8 @@ class DocBuilder:
             fl = fl or []
             if flags & (FLAG_TRUNCATED | FLAG_MULTILINE_CAPPED):
                 fl.append("truncated")
+            if flags & FLAG_CONTAINER_UNPARSED:
+                fl.append(self.format + "_parse_failed")
         log = doc.get("log")
         if not isinstance(log, dict):
             log = {} if log is None else {"original": log}
@@ -272,6 +299,8 @@ class DocBuilder:
         else:
             log["file"] = {"path": path}
         log["offset"] = offset
+        if stream:
+            log["stream"] = stream
         if bad_ts is not None:
             # always text: one mapping for the field whatever the lines put in @timestamp
             log["original_timestamp"] = bad_ts if isinstance(bad_ts, str) else _dumps(bad_ts).decode()
@@ -289,6 +318,59 @@ class DocBuilder:
         if self.transform is not None:
             doc = self.transform.apply(doc)
         return doc, t
+
+    def _container_meta(self, path: str) -> dict[str, Any]:
+        meta = self._path_meta.get(path)
+        if meta is None:
+            if len(self._path_meta) > 4096:
+                self._path_meta.clear()
+            meta = self._path_meta[path] = path_metadata(path)
+        return meta
+
+    def build_container(self, incarnation: str, path: str, events: list[ContainerEvent], now: float,
+                        out: list[bytes]) -> int:
+        """Append one bulk pair per joined container record (`parse/container.py`) to `out`;
+        returns the bytes appended. `now` is the time the lines were read.
+
+        A record's text is parsed as format auto parses a line (a pino line gives the document it
+        gives in a file), with the runtime's time in place of the read time: @timestamp is the
+        line's own time if it has one, else the runtime's. Added: log.stream, and the fields the
+        path tells (`path_metadata`), docker.attrs when the runtime wrote some. Plain lines among
+        them (stream "") are built by `build`, in order, as any line of a file.
+        """
+        nbytes = 0
+        run: list[Line] = []
+        to_doc = self.to_doc
+        route = self.router.route
+        prefix = self._prefix
+        inc = incarnation.encode()
+        for start, end, data, flags, stream, t, attrs in events:
+            if not stream:
+                run.append((start, end, data, flags))
+                continue
+            if run:
+                nbytes += self.build(incarnation, path, run, now, out)
+                run = []
+            try:
+                r = to_doc(data, flags, path, start, t if _usable(t) else now, stream=stream, attrs=attrs)
+                if r is None:
+                    continue
+                doc, ts = r
+                body = _dumps(doc)
+            except TypeError:
+                # nested deeper than orjson serialises (see `build`): the record as text
+                r = to_doc(data, flags, path, start, t if _usable(t) else now, as_text=True, stream=stream,
+                           attrs=attrs)
+                if r is None:
+                    continue
+                doc, ts = r
+                body = _dumps(doc)
+            pair = b"".join((prefix(route(doc, ts)), inc, b"-%d\"}}\n" % start, body, b"\n"))
+            nbytes += len(pair)
+            out.append(pair)
+        if run:
+            nbytes += self.build(incarnation, path, run, now, out)
+        return nbytes
 
     def build(self, incarnation: str, path: str, events: list[Line], now: float,
               out: list[bytes]) -> int:
