@@ -333,6 +333,7 @@ class ContainerJoiner:
         """Multiline events whose last line is at least the timeout old."""
         out: list[ContainerEvent] = []
         if self._ml:
+            self._dirty = True
             for stream, agg in self._ml.items():
                 for ev in agg.flush_due(now):
                     self._emit_final(ev, stream, out)
