@@ -338,3 +338,9 @@ def test_flush_min_interval_defaults_to_20ms_and_takes_zero() -> None:
     assert load(base + "output: {elasticsearch: {flush_min_interval: 5ms}}\n").output.flush_min_interval_s == 0.005
     e = error(base + "output: {elasticsearch: {flush_min_interval: soon}}\n")
     assert "output.elasticsearch.flush_min_interval" in str(e)
+
+
+@pytest.mark.parametrize("fmt", ["docker", "cri"])
+def test_container_formats(fmt: str) -> None:
+    cfg = load(f"state_dir: /tmp/s\ninputs:\n  - paths: ['/var/log/containers/*.log']\n    format: {fmt}\n")
+    assert cfg.inputs[0].format == fmt
