@@ -25,16 +25,19 @@ __all__ = ["ContainerEvent", "ContainerFormat", "ContainerJoiner", "Record", "de
 
 ContainerFormat = Literal["docker", "cri", "auto"]
 
-# One physical record, decoded: (stream, is_partial, runtime time in epoch seconds, text, docker attrs).
+# One physical record, decoded: (stream, is_partial, runtime time, text, docker attrs).
+# The time is the runtime's RFC 3339 text as written (`parse_rfc3339` gives epoch seconds; it is
+# parsed only for a document whose line has no time of its own, most pino lines have one).
 # `text` is the record's bytes without the newline that ends a complete Docker record.
-Record = tuple[str, bool, float, bytes, "dict[str, Any] | None"]
+Record = tuple[str, bool, str, bytes, "dict[str, Any] | None"]
 
-# A joined record (what `feed` returns): (start, end, data, flags, stream, time_s, attrs).
+# A joined record (what `feed` returns): (start, end, data, flags, stream, time, attrs).
 # start/end/data/flags as in a `Line`: start is the first piece's start, end the last piece's end,
 # data the joined text (without its newline or a final \r), flags FLAG_*. stream is "stdout" or
 # "stderr"; "" for a line that is no container record (format auto: a plain line of the file, parsed
-# as usual; docker/cri: a line flagged FLAG_CONTAINER_UNPARSED), then time_s is 0.0 (no runtime time).
-ContainerEvent = tuple[int, int, bytes, int, str, float, "dict[str, Any] | None"]
+# as usual; docker/cri: a line flagged FLAG_CONTAINER_UNPARSED), then time is "" (no runtime time).
+# time: the first piece's runtime time text (see `Record`).
+ContainerEvent = tuple[int, int, bytes, int, str, str, "dict[str, Any] | None"]
 
 STREAMS = ("stdout", "stderr")
 DOCKER_PIECE_BYTES = 16 * 1024        # dockerd's copier cuts a line into pieces of this many raw bytes
@@ -63,11 +66,21 @@ def physical_max_line_bytes(fmt: str, max_line_bytes: int) -> int:
 # ----------------------------------------------------------------------------- time
 
 _SECONDS: dict[str, int] = {}
+_POW10 = [10 ** i for i in range(40)]
 
 
 def parse_rfc3339(text: str) -> float | None:
     """Epoch seconds of an RFC 3339 time as the runtimes write it (`2026-12-01T10:00:00.123456789Z`,
-    Go's RFC3339Nano: 0-9 fraction digits; CRI-O: `+00:00`); None for anything else."""
+    Go's RFC3339Nano: 0-9 fraction digits; CRI-O: `+00:00`); None for anything else (also "")."""
+    sec = _SECONDS.get(text[:19])
+    if sec is not None and text[-1] == "Z":
+        # the usual case: a second seen before (its 19 characters are checked), UTC
+        rest = text[19:-1]
+        if not rest:
+            return float(sec)
+        digits = rest[1:]
+        if rest[0] == "." and digits.isdigit() and digits.isascii():
+            return sec + int(digits) / _POW10[len(digits)]
     n = len(text)
     if n < 20 or text[4] != "-" or text[7] != "-" or text[10] not in "Tt" or text[13] != ":" or text[16] != ":":
         return None
@@ -90,7 +103,9 @@ def parse_rfc3339(text: str) -> float | None:
         digits = text[20:body]
         if text[19] != "." or not digits or not digits.isdigit() or not digits.isascii():
             return None
-        frac = int(digits) / 10 ** len(digits)
+        if len(digits) >= len(_POW10):
+            return None
+        frac = int(digits) / _POW10[len(digits)]
     head = text[:19]
     sec = _SECONDS.get(head)
     if sec is None:
@@ -112,9 +127,10 @@ def parse_rfc3339(text: str) -> float | None:
 def decode_docker(data: bytes) -> Record | None:
     """One line of Docker's json-file driver, or None when it is not one.
 
-    A record is a JSON object with `log` (text), `stream` (stdout/stderr) and `time` (RFC 3339);
-    `attrs` (the `--log-opt labels/env/tag` values) is kept when it is an object. Bytes that are
-    not UTF-8 (dockerd itself writes U+FFFD for them) are replaced, never fatal.
+    A record is a JSON object with `log` (text), `stream` (stdout/stderr) and `time` (text; an
+    unparseable one gives the read time later); `attrs` (the `--log-opt labels/env/tag` values) is
+    kept when it is an object. Bytes that are not UTF-8 (dockerd itself writes U+FFFD for them)
+    are replaced, never fatal.
     """
     try:
         d = _loads(data)
@@ -130,13 +146,15 @@ def decode_docker(data: bytes) -> Record | None:
     tm = d.get("time")
     if type(log) is not str or type(tm) is not str or (stream != "stdout" and stream != "stderr"):
         return None
-    t = parse_rfc3339(tm)
-    if t is None:
-        return None
-    partial = not log.endswith("\n")
-    text = (log if partial else log[:-1]).encode("utf-8", "surrogatepass")
+    # orjson never gives lone surrogates (it rejects them), so a plain encode is safe
+    if log[-1:] == "\n":
+        text = log[:-1].encode()
+        partial = False
+    else:
+        text = log.encode()
+        partial = True
     attrs = d.get("attrs")
-    return stream, partial, t, text, attrs if type(attrs) is dict and attrs else None
+    return stream, partial, tm, text, attrs if type(attrs) is dict and attrs else None
 
 
 def decode_cri(data: bytes, *, strict: bool = False) -> Record | None:
@@ -166,13 +184,11 @@ def decode_cri(data: bytes, *, strict: bool = False) -> Record | None:
     first = tag.split(b":", 1)[0] if b":" in tag else tag
     if strict and first != b"F" and first != b"P":
         return None
-    try:
-        t = parse_rfc3339(data[:sp].decode("ascii"))
-    except UnicodeDecodeError:
+    # the time's shape only (`YYYY-MM-DDTHH:MM:SS...`); it is parsed when a document needs it
+    if data[4] != 45 or data[7] != 45 or data[10] != 84 or data[13] != 58 or data[16] != 58 \
+            or not data[:4].isdigit():
         return None
-    if t is None:
-        return None
-    return stream, first == b"P", t, data[tag_end + 1:], None
+    return stream, first == b"P", data[:sp].decode("latin-1"), data[tag_end + 1:], None
 
 
 def looks_like_container(data: bytes) -> bool:
@@ -227,16 +243,16 @@ def path_metadata(path: str) -> dict[str, Any]:
 class _Held:
     """The pieces of one stream's record joined so far."""
 
-    __slots__ = ("start", "end", "parts", "nbytes", "flags", "time_s", "attrs", "overflow")
+    __slots__ = ("start", "end", "parts", "nbytes", "flags", "time", "attrs", "overflow")
 
-    def __init__(self, start: int, end: int, text: bytes, flags: int, time_s: float,
+    def __init__(self, start: int, end: int, text: bytes, flags: int, time: str,
                  attrs: dict[str, Any] | None) -> None:
         self.start = start
         self.end = end
         self.parts = [text]
         self.nbytes = len(text)
         self.flags = flags
-        self.time_s = time_s
+        self.time = time
         self.attrs = attrs
         self.overflow = False     # bytes beyond max_line_bytes + 1 arrived (and were dropped)
 
@@ -275,7 +291,7 @@ class ContainerJoiner:
         self._held: dict[str, _Held] = {}
         self._ml_args = (multiline_start, multiline_max_lines, multiline_timeout_s)
         self._ml: dict[str, MultilineAggregator] | None = {} if multiline_start else None
-        self._ml_meta: dict[str, deque[tuple[int, float, dict[str, Any] | None]]] = {}
+        self._ml_meta: dict[str, deque[tuple[int, str, dict[str, Any] | None]]] = {}
         self._spans: list[tuple[int, int]] = []    # (start, end) of emitted records, while anything is held
         self._guard: int | None = None            # start of a record whose last piece was cut (see _emit)
         self._cut_at: int | None = None           # start of the last line fed, when the splitter cut it
@@ -325,8 +341,34 @@ class ContainerJoiner:
                 return None
         out: list[ContainerEvent] = []
         feed_one = self._feed_one
+        if self._ml is not None:
+            for ln in lines:
+                feed_one(ln, now, out)
+            return out
+        # the usual record inline: complete in one piece, nothing held, not cut by the splitter
+        decode = self._decode
+        held = self._held
+        cap = self.max_line_bytes
+        append = out.append
+        self._dirty = True
         for ln in lines:
-            feed_one(ln, now, out)
+            start, end, data, flags = ln
+            if held or self._guard is not None or end == start:
+                feed_one(ln, now, out)
+                continue
+            rec = decode(data)
+            if rec is None or rec[1]:
+                self._take(start, end, data, flags, rec, now, out)
+                continue
+            self._cut_at = None
+            stream, _partial, t, text, attrs = rec
+            if text[-1:] == b"\r":
+                text = text[:-1]
+            if len(text) > cap:
+                text = text[:cap]
+                flags |= FLAG_TRUNCATED
+            if text:
+                append((start, end, text, flags, stream, t, attrs))
         return out
 
     def flush_due(self, now: float) -> list[ContainerEvent]:
@@ -359,17 +401,21 @@ class ContainerJoiner:
 
     def _feed_one(self, line: Line, now: float, out: list[ContainerEvent]) -> None:
         start, end, data, flags = line
+        self._take(start, end, data, flags, self._decode(data), now, out)
+
+    def _take(self, start: int, end: int, data: bytes, flags: int, rec: Record | None, now: float,
+              out: list[ContainerEvent]) -> None:
+        """One physical line and what it decodes to (None: no record of the format)."""
         self._dirty = True
         if self._guard is not None and start > (self._cut_at or 0):
             self._guard = None          # the splitter has passed the cut line: its end is behind us
         self._cut_at = start if end == start else None
-        rec = self._decode(data)
         if rec is None:
             cap = self.max_line_bytes
             if len(data) > cap:
                 data = data[:cap]
                 flags |= FLAG_TRUNCATED
-            self._to_multiline((start, end, data, flags | self._unparsed_flag), "", 0.0, None, now, out)
+            self._to_multiline((start, end, data, flags | self._unparsed_flag), "", "", None, now, out)
             return
         stream, partial, t, text, attrs = rec
         h = self._held.get(stream)
@@ -413,9 +459,9 @@ class ContainerJoiner:
         if len(data) > self.max_line_bytes or h.overflow:
             data = data[:self.max_line_bytes]
             flags |= FLAG_TRUNCATED
-        self._to_multiline((h.start, h.end, data, flags), stream, h.time_s, h.attrs, now, out)
+        self._to_multiline((h.start, h.end, data, flags), stream, h.time, h.attrs, now, out)
 
-    def _to_multiline(self, joined: Line, stream: str, t: float, attrs: dict[str, Any] | None, now: float,
+    def _to_multiline(self, joined: Line, stream: str, t: str, attrs: dict[str, Any] | None, now: float,
                       out: list[ContainerEvent]) -> None:
         ml = self._ml
         if ml is None:
@@ -440,12 +486,13 @@ class ContainerJoiner:
         start = ev[0]
         while meta and meta[0][0] < start:
             meta.popleft()
-        t, attrs = 0.0, None
+        t: str = ""
+        attrs = None
         if meta and meta[0][0] == start:
             _s, t, attrs = meta.popleft()
         self._emit(ev, stream, t, attrs, out)
 
-    def _emit(self, ev: Line, stream: str, t: float, attrs: dict[str, Any] | None,
+    def _emit(self, ev: Line, stream: str, t: str, attrs: dict[str, Any] | None,
               out: list[ContainerEvent]) -> None:
         start, end, data, flags = ev
         self._note_span(start, end)

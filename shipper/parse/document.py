@@ -22,7 +22,7 @@ import orjson
 from shipper import native
 from shipper.config import InputConfig
 from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
-from shipper.parse.container import ContainerEvent, path_metadata
+from shipper.parse.container import ContainerEvent, parse_rfc3339, path_metadata
 from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
@@ -35,6 +35,7 @@ _LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.it
 # input's fields) is spliced (see DocBuilder.build); one with any of them is re-serialised.
 _ADDED_KEYS = frozenset(("@timestamp", "log", "host", "message"))
 _SPLICE_BLOCKERS = frozenset(("@timestamp", "log", "host"))
+_CONTAINER_KEYS = frozenset(("kubernetes", "container", "docker"))   # what a container record adds on top
 _FIELD_REF_RE = re.compile(r"\{([^{}|]+)(?:\|[^{}]*)?\}")
 # pino's `time` in epoch ms, within which integer arithmetic gives exactly what format_timestamp
 # (float seconds) gives: 1973-03-03 .. 2109-05-15 (beyond 2**42 ms float rounding may differ)
@@ -151,13 +152,28 @@ class DocBuilder:
         self._reserved_bytes = tuple(k.encode() for k in self._splice_reserved or ())
         if len(self._reserved_bytes) > 64:       # the C scan's limit; a config with 60 fields is rare
             self._native = None
+        # container records (build_container): spliced like a file's JSON line when, on top of the
+        # above, neither the fields nor the index pattern touch what a record adds
+        self._container_reserved: frozenset[str] | None = None
+        if self._splice_reserved is not None and not (frozenset(self.fields) & _CONTAINER_KEYS) and not any(
+                m.group(1).strip().startswith(k) for m in _FIELD_REF_RE.finditer(self.router.pattern)
+                for k in _CONTAINER_KEYS):
+            self._container_reserved = self._splice_reserved | _CONTAINER_KEYS
+        # the path's fields may be shared by every document (not copied) when nothing edits them later
+        self._meta_shared = self.transform is None and not (frozenset(self.fields) & _CONTAINER_KEYS)
+        self._meta_bytes: dict[str, bytes] = {}
+        self._stream_mid: dict[tuple[str, str], bytes] = {}
+        self._container_reserved_bytes = tuple(k.encode() for k in self._container_reserved or ())
+        self._container_native = (self._native if self._container_reserved is not None
+                                  and len(self._container_reserved_bytes) <= 64 else None)
+        self._stream_bytes = {s: b',"stream":' + _dumps(s) for s in ("stdout", "stderr")}
 
     def _splice_keys(self, inp: InputConfig) -> frozenset[str] | None:
         """The top-level keys that send a JSON line to full re-serialisation; None: never splice.
 
         Splicing needs JSON input, no transform (it rewrites the doc), input fields that touch
         nothing enrichment adds, and an index pattern that reads no added field."""
-        if self.format not in ("auto", "json") or self.transform is not None:
+        if self._line_format not in ("auto", "json") or self.transform is not None:
             return None
         if not all(isinstance(k, str) for k in self.fields):
             return None
@@ -267,7 +283,7 @@ class DocBuilder:
                 if isinstance(cur, dict):
                     _merge(cur, v)
                 elif cur is None:
-                    doc[k] = _copy_json(v)
+                    doc[k] = v if self._meta_shared and k != "docker" else _copy_json(v)
                 else:
                     doc[k] = dict(_copy_json(v), original=cur)
         if self.fields:
@@ -330,7 +346,8 @@ class DocBuilder:
     def build_container(self, incarnation: str, path: str, events: list[ContainerEvent], now: float,
                         out: list[bytes]) -> int:
         """Append one bulk pair per joined container record (`parse/container.py`) to `out`;
-        returns the bytes appended. `now` is the time the lines were read.
+        returns the bytes appended. `now` is the time the lines were read; the runtime's time
+        (RFC 3339 text) is parsed only for records whose text has no time of its own.
 
         A record's text is parsed as format auto parses a line (a pino line gives the document it
         gives in a file), with the runtime's time in place of the read time: @timestamp is the
@@ -339,38 +356,152 @@ class DocBuilder:
         them (stream "") are built by `build`, in order, as any line of a file.
         """
         nbytes = 0
-        run: list[Line] = []
-        to_doc = self.to_doc
-        route = self.router.route
-        prefix = self._prefix
-        inc = incarnation.encode()
-        for start, end, data, flags, stream, t, attrs in events:
-            if not stream:
-                run.append((start, end, data, flags))
+        plain: list[Line] = []
+        same: list[ContainerEvent] = []       # consecutive records of one stream, for the C path
+        native = self._container_native
+        one = self._build_record
+        for ev in events:
+            stream = ev[4]
+            if native is not None and stream and ev[6] is None and (not same or same[0][4] == stream):
+                if plain:
+                    nbytes += self.build(incarnation, path, plain, now, out)
+                    plain = []
+                same.append(ev)
                 continue
-            if run:
-                nbytes += self.build(incarnation, path, run, now, out)
-                run = []
-            try:
-                r = to_doc(data, flags, path, start, t if _usable(t) else now, stream=stream, attrs=attrs)
-                if r is None:
+            if same:
+                nbytes += self._build_records_native(incarnation, path, same, now, out)
+                same = [ev] if native is not None and stream and ev[6] is None else []
+                if same:
                     continue
-                doc, ts = r
-                body = _dumps(doc)
-            except TypeError:
-                # nested deeper than orjson serialises (see `build`): the record as text
-                r = to_doc(data, flags, path, start, t if _usable(t) else now, as_text=True, stream=stream,
-                           attrs=attrs)
-                if r is None:
-                    continue
-                doc, ts = r
-                body = _dumps(doc)
-            pair = b"".join((prefix(route(doc, ts)), inc, b"-%d\"}}\n" % start, body, b"\n"))
-            nbytes += len(pair)
-            out.append(pair)
-        if run:
-            nbytes += self.build(incarnation, path, run, now, out)
+            if not stream:
+                plain.append(ev[:4])
+                continue
+            if plain:
+                nbytes += self.build(incarnation, path, plain, now, out)
+                plain = []
+            nbytes += one(incarnation, path, ev, now, out)
+        if same:
+            nbytes += self._build_records_native(incarnation, path, same, now, out)
+        if plain:
+            nbytes += self.build(incarnation, path, plain, now, out)
         return nbytes
+
+    def _build_records_native(self, incarnation: str, path: str, records: list[ContainerEvent], now: float,
+                              out: list[bytes]) -> int:
+        """Records of one stream without docker attrs through the C splice (`_build_native`): the
+        same C code as a file's pino lines, with log.stream inside `mid` and the path's fields in
+        `tail` (opaque bytes to it). It takes only lines with their own epoch-ms `time`, so the
+        runtime's time is never needed there; every other record comes back to `_build_record`."""
+        assert self._container_native is not None
+        stream = records[0][4]
+        key = (path, stream)
+        mid = self._stream_mid.get(key)
+        if mid is None:
+            if len(self._stream_mid) > 4096:
+                self._stream_mid.clear()
+            mid = (b',"host":{"name":' + _dumps(self.host_name) + b'},"log":{"stream":' + _dumps(stream)
+                   + b',"file":{"path":' + _dumps(path) + b'},"offset":')
+            self._stream_mid[key] = mid
+        by_start: dict[int, ContainerEvent] = {}
+
+        def one(ev: Line) -> int:
+            if not by_start:
+                by_start.update((r[0], r) for r in records)
+            return self._build_record(incarnation, path, by_start[ev[0]], now, out)
+
+        return self._container_native([r[:4] for r in records], out, self._static_prefix, self._prefix_at_second,
+                            incarnation.encode() + b"-", mid, self._path_meta_bytes(path) + self._fields_bytes + b",",
+                            self._container_reserved_bytes, one, _FAST_MS_MIN, _FAST_MS_MAX)
+
+    def _build_record(self, incarnation: str, path: str, ev: ContainerEvent, now: float, out: list[bytes]) -> int:
+        """One container record in Python: the splice when its text is a JSON object it can take,
+        else `to_doc` and a full serialisation. Returns the bytes appended."""
+        start, _end, data, flags, stream, t_text, attrs = ev
+        t = parse_rfc3339(t_text)
+        when = t if t is not None and _usable(t) else now
+        reserved = self._container_reserved
+        inc = incarnation.encode()
+        if reserved is not None and not flags and data[:1] == b"{":
+            n = self._splice_record(inc, path, start, data, stream, when, attrs, reserved, out)
+            if n >= 0:
+                return n
+        try:
+            r = self.to_doc(data, flags, path, start, when, stream=stream, attrs=attrs)
+            if r is None:
+                return 0
+            doc, ts = r
+            body = _dumps(doc)
+        except TypeError:
+            # nested deeper than orjson serialises (see `build`): the record as text
+            r = self.to_doc(data, flags, path, start, when, as_text=True, stream=stream, attrs=attrs)
+            if r is None:
+                return 0
+            doc, ts = r
+            body = _dumps(doc)
+        pair = b"".join((self._prefix(self.router.route(doc, ts)), inc, b"-%d\"}}\n" % start, body, b"\n"))
+        out.append(pair)
+        return len(pair)
+
+    def _path_meta_bytes(self, path: str) -> bytes:
+        """The path's fields (`path_metadata`) as `,"k":v` pairs, cached per path."""
+        meta = self._meta_bytes.get(path)
+        if meta is None:
+            if len(self._meta_bytes) > 4096:
+                self._meta_bytes.clear()
+            meta = self._meta_bytes[path] = b"".join(b"," + _dumps(k) + b":" + _dumps(v)
+                                                     for k, v in self._container_meta(path).items())
+        return meta
+
+    def _splice_record(self, inc: bytes, path: str, start: int, data: bytes, stream: str, now: float,
+                       attrs: dict[str, Any] | None, reserved: frozenset[str], out: list[bytes]) -> int:
+        """`_build_general`'s splice for one container record whose text is a JSON object with none
+        of the keys enrichment adds: the added fields (log.stream and the path's fields among them)
+        as ready bytes, then orjson's serialisation of the parsed line without its `{`. Returns the
+        bytes appended; -1 when the record needs `to_doc` (nothing appended). Same document."""
+        try:
+            d = _loads(data)
+        except _JSONDecodeError:
+            return -1
+        if type(d) is not dict or not d or not reserved.isdisjoint(d):
+            return -1
+        if self.line_filter is not None and not self.line_filter.keep(data.decode("utf-8", "replace")):
+            return 0
+        static_prefix = self._static_prefix
+        t = 0.0
+        tm = d.get("time")
+        if type(tm) is int and _FAST_MS_MIN <= tm < _FAST_MS_MAX:
+            sec = tm // 1000
+            tsp = self._ts_prefix.get(sec) or self._second_prefix(sec)
+            ts = _MS_TEXT[tm - sec * 1000]
+            if static_prefix is None:
+                t = tm / 1000.0
+        else:
+            t = _event_time(d, now, self.tz)
+            tsp = b'"}}\n{"@timestamp":"' + format_timestamp(t).encode()
+            ts = b'"'
+        lv = d.get("level")
+        if type(lv) is int:
+            lvb = _LEVEL_BYTES.get(lv, b"}")
+        elif type(lv) is str and lv:
+            lvb = b',"level":' + _dumps(lv) + b"}"
+        else:
+            lvb = b"}"
+        meta = self._path_meta_bytes(path)
+        try:
+            if attrs:
+                meta += b',"docker":' + _dumps({"attrs": attrs})
+            msg = d.get("msg")
+            if msg is not None and "message" not in d:
+                meta += b',"message":' + _dumps(msg)
+            body = _dumps(d, option=_NEWLINE)
+        except TypeError:
+            return -1                 # nested deeper than orjson serialises: `to_doc` says how
+        sb = b"%d" % start
+        pair = b"".join((static_prefix or self._prefix(self.router.route(d, t)), inc, b"-", sb, tsp, ts,
+                         self._path_bytes(path), sb, self._stream_bytes.get(stream) or b',"stream":' + _dumps(stream),
+                         lvb, meta, self._fields_bytes, b",", body[1:]))
+        out.append(pair)
+        return len(pair)
 
     def build(self, incarnation: str, path: str, events: list[Line], now: float,
               out: list[bytes]) -> int:

@@ -67,6 +67,7 @@ def test_go_rfc3339nano(t_ns: int, text: str) -> None:
     assert go_rfc3339nano(t_ns) == text
     t = parse_rfc3339(text)
     assert t is not None and abs(t - t_ns / 1e9) < 1e-6
+    assert decode_docker(docker_record(b"x\n", "stdout", t_ns)[:-1]) == ("stdout", False, text, b"x", None)
 
 
 def test_crio_time_has_nine_digits_and_a_numeric_zone() -> None:
@@ -82,7 +83,7 @@ def test_dockerd_splits_long_lines_at_16k_with_one_time() -> None:
     decoded = [decode_docker(p[:-1]) for p in pieces]
     assert all(d is not None for d in decoded)
     assert [d[1] for d in decoded if d] == [True] * 6 + [False]
-    assert {d[2] for d in decoded if d} == {1796119200.0}
+    assert {d[2] for d in decoded if d} == {"2026-12-01T10:00:00Z"}
     assert b"".join(d[3] for d in decoded if d) == msg
     assert all(len(d[3]) == DOCKER_PIECE for d in decoded[:6] if d)
     exact = docker_pieces(b"a" * DOCKER_PIECE, "stdout", 0)
@@ -123,4 +124,4 @@ def test_cri_default_piece_size_and_empty_line() -> None:
     assert len(pieces) == 7 and CONTAINERD_MAX_LINE == 16 * 1024
     assert cri_pieces(b"", "stdout", 0) == [b"1970-01-01T00:00:00Z stdout F \n"]
     rec = decode_cri(b"1970-01-01T00:00:00Z stdout F ")
-    assert rec == ("stdout", False, 0.0, b"", None)
+    assert rec == ("stdout", False, "1970-01-01T00:00:00Z", b"", None)

@@ -12,16 +12,25 @@ import pytest
 from shipper.config import InputConfig
 from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_TRUNCATED
 from shipper.parse.container import ContainerEvent, ContainerJoiner
+from shipper.parse import document
 from shipper.parse.document import DocBuilder
 from shipper.tail.lines import LineSplitter
 from tests.support.container_writer import cri_record, docker_pieces, docker_record
+from tests.support.native import c_function
 
 CID = "9a" * 32
 LINK = f"/var/log/containers/checkout-7d9f8b6c5-x2x9q_shop_api-{CID}.log"
 NOW = 1_790_000_000.25            # read time
-RT = 1_796_119_200.5              # runtime time: 2026-12-01T10:00:00.500Z
+RT = "2026-12-01T10:00:00.5Z"     # runtime time, as the runtime writes it
 RT_NS = 1_796_119_200_500_000_000
 PINO = b'{"level":30,"time":1790000000123,"pid":7,"hostname":"h","msg":"order placed","order":{"id":991}}'
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def build_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test twice: pino records through the C splice (`_native.c`, which must be built) and without it."""
+    monkeypatch.setattr(document, "native_splice", c_function("splice") if request.param == "native" else None)
+    return str(request.param)
 
 
 def builder(**inp: Any) -> DocBuilder:
@@ -47,7 +56,7 @@ def file_doc(line: bytes, offset: int, path: str = LINK, **inp: Any) -> dict[str
     return dict(orjson.loads(out[0].split(b"\n")[1]))
 
 
-def ev(data: bytes, stream: str = "stdout", start: int = 100, t: float = RT, flags: int = 0,
+def ev(data: bytes, stream: str = "stdout", start: int = 100, t: str = RT, flags: int = 0,
        attrs: dict[str, Any] | None = None) -> ContainerEvent:
     return (start, start + 50, data, flags, stream, t, attrs)
 
@@ -78,25 +87,26 @@ def test_json_line_without_time_takes_the_runtime_time() -> None:
 
 
 def test_unusable_runtime_time_falls_back_to_the_read_time() -> None:
-    [(_a, doc)] = pairs(builder(format="docker"), [ev(b"zero time", t=-62135596800.0)])
-    assert doc["@timestamp"] == "2026-09-21T14:13:20.250Z"
+    for bad in ("0001-01-01T00:00:00Z", "yesterday", ""):
+        [(_a, doc)] = pairs(builder(format="docker"), [ev(b"zero time", t=bad)])
+        assert doc["@timestamp"] == "2026-09-21T14:13:20.250Z"
 
 
 def test_flags_truncated_and_unparsed() -> None:
     b = builder(format="docker")
     [(_a, d1), (_b, d2)] = pairs(b, [ev(b"cut", flags=FLAG_TRUNCATED),
-                                     ev(b"not a docker line", stream="", start=300, t=0.0, flags=FLAG_CONTAINER_UNPARSED)])
+                                     ev(b"not a docker line", stream="", start=300, t="", flags=FLAG_CONTAINER_UNPARSED)])
     assert d1["log"]["flags"] == ["truncated"]
     assert d2["log"]["flags"] == ["docker_parse_failed"] and "stream" not in d2["log"]
     assert d2["message"] == "not a docker line" and "kubernetes" not in d2
-    [(_c, d3)] = pairs(builder(format="cri"), [ev(b"x", stream="", t=0.0, flags=FLAG_CONTAINER_UNPARSED)])
+    [(_c, d3)] = pairs(builder(format="cri"), [ev(b"x", stream="", t="", flags=FLAG_CONTAINER_UNPARSED)])
     assert d3["log"]["flags"] == ["cri_parse_failed"]
 
 
 def test_plain_lines_among_records_are_built_as_file_lines() -> None:
     b = builder(format="auto")
     plain = b'{"level":40,"time":1790000000999,"msg":"plain"}'
-    events = [ev(plain, stream="", start=0, t=0.0), ev(PINO, start=60), ev(plain, stream="", start=200, t=0.0)]
+    events = [ev(plain, stream="", start=0, t=""), ev(PINO, start=60), ev(plain, stream="", start=200, t="")]
     got = pairs(b, events, path="/var/log/app/app.log")
     assert [a["create"]["_id"] for a, _d in got] == ["inc1-0", "inc1-60", "inc1-200"]
     assert got[0][1] == file_doc(plain, 0, "/var/log/app/app.log")
@@ -157,3 +167,79 @@ def test_from_bytes_to_documents() -> None:
     assert got[1][1]["log"]["level"] == "error" and len(got[1][1]["msg"]) == 40000
     assert got[1][1]["log"]["stream"] == "stderr"
     assert got[2][1]["log"]["flags"] == ["docker_parse_failed"]
+
+
+# ------------------------------------------------------------------ the splice equals to_doc
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.unit.test_splice import CONFIGS, CORPUS, _keys, _render, _values, assert_same  # noqa: E402
+
+CONTAINER_CONFIGS = [dict(c, format="docker") for c in CONFIGS] + [
+    {"format": "cri", "index": "k8s-{kubernetes.namespace}-%Y.%m"},      # reads an added field: never spliced
+    {"format": "cri", "fields": {"kubernetes": {"cluster": "eu-1"}}},
+    {"format": "auto", "fields": {"container": "x"}},
+    {"format": "cri", "index": "static"},
+]
+
+
+def both_container(b: DocBuilder, events: list[ContainerEvent], path: str = LINK) -> tuple[list[bytes], list[bytes]]:
+    """(spliced: C or Python per the fixture, to_doc + full serialisation)"""
+    fast: list[bytes] = []
+    slow: list[bytes] = []
+    assert b.build_container("inc1", path, events, NOW, fast) == sum(map(len, fast))
+    saved = b._container_reserved, b._container_native
+    b._container_reserved = b._container_native = None
+    try:
+        assert b.build_container("inc1", path, events, NOW, slow) == sum(map(len, slow))
+    finally:
+        b._container_reserved, b._container_native = saved
+    return fast, slow
+
+
+def _container_events(lines: list[bytes]) -> list[ContainerEvent]:
+    out: list[ContainerEvent] = []
+    pos = 0
+    for i, ln in enumerate(lines):
+        attrs = {"tag": "web"} if i % 7 == 3 else None
+        out.append((pos, pos + len(ln) + 60, ln, 0, ("stdout", "stderr")[i % 2], f"2026-12-01T10:00:{i % 60:02d}.5Z",
+                    attrs))
+        pos += len(ln) + 60
+    return out
+
+
+@pytest.mark.parametrize("cfg", CONTAINER_CONFIGS, ids=lambda c: orjson.dumps(c).decode())
+def test_container_corpus_spliced_equals_to_doc(cfg: dict[str, Any]) -> None:
+    b = builder(**cfg)
+    fast, slow = both_container(b, _container_events(CORPUS))
+    assert_same(fast, slow)
+    fast, slow = both_container(b, _container_events(CORPUS), path="/var/log/app/app.log")
+    assert_same(fast, slow)
+
+
+def test_the_container_splice_is_taken(build_path: str) -> None:
+    b = builder(format="docker")
+    assert b._container_reserved is not None
+    assert (b._container_native is not None) == (build_path == "native")
+    spaced = b'{"level": 30, "time": 1790000000123, "msg": "x"}'
+    out: list[bytes] = []
+    b.build_container("inc1", LINK, [ev(spaced), ev(spaced, stream="stderr", start=300)], NOW, out)
+    assert all((b'"level": 30' in p) == (build_path == "native") for p in out)    # C passes the line through
+    assert [orjson.loads(p.split(b"\n")[1])["log"]["stream"] for p in out] == ["stdout", "stderr"]
+    assert builder(format="cri", index="k8s-{kubernetes.namespace}")._container_reserved is None
+    assert builder(format="cri", drop_fields=("pid",))._container_reserved is None
+    [(action, doc)] = pairs(builder(format="cri", index="k8s-{kubernetes.namespace}"), [ev(PINO)])
+    assert action["create"]["_index"] == "k8s-shop"
+
+
+@settings(max_examples=200, deadline=None)
+@given(obj=st.dictionaries(_keys | st.sampled_from(["kubernetes", "container", "docker", "stream"]), _values,
+                           max_size=6),
+       style=st.integers(0, 2), cfg=st.sampled_from(CONTAINER_CONFIGS),
+       t=st.sampled_from([RT, "0001-01-01T00:00:00Z", "", "2026-12-01T11:00:00.25+01:00"]))
+def test_random_json_in_records_spliced_equals_to_doc(obj: dict[str, Any], style: int, cfg: dict[str, Any],
+                                                      t: str) -> None:
+    line = _render(obj, style, None)
+    fast, slow = both_container(builder(**cfg), [(5, 90, line, 0, "stderr", t, None)])
+    assert_same(fast, slow)
