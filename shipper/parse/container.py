@@ -66,7 +66,7 @@ def physical_max_line_bytes(fmt: str, max_line_bytes: int) -> int:
 # ----------------------------------------------------------------------------- time
 
 _SECONDS: dict[str, int] = {}
-_POW10 = [10 ** i for i in range(40)]
+_POW10: list[int] = [10 ** i for i in range(40)]
 
 
 def parse_rfc3339(text: str) -> float | None:
@@ -243,7 +243,7 @@ def path_metadata(path: str) -> dict[str, Any]:
 class _Held:
     """The pieces of one stream's record joined so far."""
 
-    __slots__ = ("start", "end", "parts", "nbytes", "flags", "time", "attrs", "overflow")
+    __slots__ = ("attrs", "end", "flags", "nbytes", "overflow", "parts", "start", "time")
 
     def __init__(self, start: int, end: int, text: bytes, flags: int, time: str,
                  attrs: dict[str, Any] | None) -> None:
@@ -528,8 +528,7 @@ class ContainerJoiner:
         for s, e in spans:
             if s < q < e:
                 q = s
-        if q < self._floor:
-            q = self._floor       # the last answer is still safe (nothing read since starts before it)
+        q = max(q, self._floor)       # the last answer is still safe (nothing read since starts before it)
         self._floor = q
         self._spans = [(s, e) for s, e in spans if e > q]
         return q

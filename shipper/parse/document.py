@@ -409,9 +409,11 @@ class DocBuilder:
                 by_start.update((r[0], r) for r in records)
             return self._build_record(incarnation, path, by_start[ev[0]], now, out)
 
-        return self._container_native([r[:4] for r in records], out, self._static_prefix, self._prefix_at_second,
-                            incarnation.encode() + b"-", mid, self._path_meta_bytes(path) + self._fields_bytes + b",",
-                            self._container_reserved_bytes, one, _FAST_MS_MIN, _FAST_MS_MAX)
+        n: int = self._container_native([r[:4] for r in records], out, self._static_prefix, self._prefix_at_second,
+                                        incarnation.encode() + b"-", mid,
+                                        self._path_meta_bytes(path) + self._fields_bytes + b",",
+                                        self._container_reserved_bytes, one, _FAST_MS_MIN, _FAST_MS_MAX)
+        return n
 
     def _build_record(self, incarnation: str, path: str, ev: ContainerEvent, now: float, out: list[bytes]) -> int:
         """One container record in Python: the splice when its text is a JSON object it can take,

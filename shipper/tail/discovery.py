@@ -22,8 +22,9 @@ import struct
 import sys
 import threading
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from shipper.config import InputConfig
 

@@ -20,6 +20,11 @@ CID = "4c01db0b339c7a8a2a4f1b6e1e3d5a2f9c8b7a6d5e4f3c2b1a09988776655440"
 T0 = 1_796_119_200 * 10**9
 
 
+def append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
 def pod_log(root: Path, pod: str = "checkout-7d9f8b6c5-x2x9q") -> PodLog:
     p = PodLog(root, "shop", pod, "0b8e1c2a-5f3d-4e21-9c1b-7a6d5e4f3c2b", "api", CID)
     p.create()
@@ -115,12 +120,10 @@ async def test_without_the_links_the_targets_directory_is_not_watched(tmp_path: 
     w = discovery.Watcher(asyncio.get_running_loop(), wake)
     await asyncio.to_thread(w.watch, [inp])
     try:
-        with open(p.target, "ab") as f:
-            f.write(cri_record(b"unseen", "stdout", "F", T0))
+        append(p.target, cri_record(b"unseen", "stdout", "F", T0))
         sentinel = tmp_path / "containers" / "sentinel.log"
         sentinel.write_bytes(b"x\n")
-        with open(sentinel, "ab") as f:
-            f.write(b"y\n")
+        append(sentinel, b"y\n")
         seen: set[str] = set()
 
         def sentinel_seen() -> bool:
@@ -149,8 +152,7 @@ async def test_a_removed_pod_directory_is_unwatched_and_a_new_one_watched(tmp_pa
         await asyncio.to_thread(w.watch, [inp], discovery.resolve_links(discovery.scan([inp])))
         assert key in w._watched
         w.take_modified()
-        with open(again.target, "ab") as f:
-            f.write(cri_record(b"new pod", "stdout", "F", T0))
+        append(again.target, cri_record(b"new pod", "stdout", "F", T0))
         await async_wait_until(lambda: str(again.link) in w.take_modified(),
                                "a write in the new pod directory to be reported", timeout_s=5)
     finally:

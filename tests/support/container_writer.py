@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Literal, Sequence
+from typing import Literal
 
 DOCKER_PIECE = 16 * 1024
 CONTAINERD_MAX_LINE = 16 * 1024

@@ -21,9 +21,9 @@ import gzip
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,7 @@ def kubelet_rotate(log: str | os.PathLike[str], now: float, reopen: Callable[[],
     pieces = sorted(glob.glob(glob.escape(str(log)) + ".*"))
     kept = []
     for p in pieces:                                            # 1. cleanupUnusedLogs
-        if p.endswith(".tmp"):
-            os.remove(p)
-        elif not p.endswith(".gz") and os.path.exists(p + ".gz"):
+        if p.endswith(".tmp") or not p.endswith(".gz") and os.path.exists(p + ".gz"):
             os.remove(p)
         else:
             kept.append(p)

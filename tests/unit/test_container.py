@@ -110,7 +110,7 @@ def test_docker_100k_line_in_7_pieces_joins_with_first_offsets_and_time() -> Non
     blob = head + b"".join(pieces)
     evs, j = join(blob)
     assert [e[2] for e in evs] == [b"before", msg]
-    start, end, data, flags, stream, t, attrs = evs[1]
+    start, end, _data, flags, stream, t, attrs = evs[1]
     assert (start, end, flags, stream, attrs) == (len(head), len(blob), 0, "stdout", None)
     assert parse_rfc3339(t) == 1796119205.0
     assert j.pending_start is None
@@ -268,7 +268,7 @@ def test_multiline_per_stream_after_joining() -> None:
     recs = [cri_record(trace_err[0], "stderr", "F", T0), cri_record(b"2026-12-01 10:00:00 INFO out", "stdout", "F", T0 + 1)]
     recs += [cri_record(t, "stderr", "F", T0 + 2) for t in trace_err[1:]]
     recs += [cri_record(b"2026-12-01 10:00:01 INFO next", "stderr", "F", T0 + 3)]
-    evs, j = join(b"".join(recs), "cri", multiline_start=r"^\d{4}-")
+    evs, _j = join(b"".join(recs), "cri", multiline_start=r"^\d{4}-")
     by_stream = {(e[4], e[2]) for e in evs}
     assert ("stderr", b"\n".join(trace_err)) in by_stream
     assert ("stdout", b"2026-12-01 10:00:00 INFO out") in by_stream

@@ -36,8 +36,8 @@ def test_dockerd_file_matches_moby_sample() -> None:
 def test_dockerd_attrs_match_moby_sample() -> None:
     attrs = b'{"tag":"a7317399f3f8/test-container"}'
     got = dockerd_output(b"line1\n", "src1", zero_clock(), attrs)
-    assert got == [b'{"log":"line1\\n","stream":"src1","attrs":{"tag":"a7317399f3f8/test-container"},'
-                   b'"time":"0001-01-01T00:00:00Z"}\n']
+    assert got == [(b'{"log":"line1\\n","stream":"src1","attrs":{"tag":"a7317399f3f8/test-container"},'
+                    b'"time":"0001-01-01T00:00:00Z"}\n')]
     rec = decode_docker(docker_record(b"x\n", "stdout", ZERO_TIME_NS, attrs)[:-1])
     assert rec is not None and rec[4] == {"tag": "a7317399f3f8/test-container"}
 

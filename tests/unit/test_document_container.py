@@ -8,15 +8,18 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shipper.config import InputConfig
 from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_TRUNCATED
-from shipper.parse.container import ContainerEvent, ContainerJoiner
 from shipper.parse import document
+from shipper.parse.container import ContainerEvent, ContainerJoiner
 from shipper.parse.document import DocBuilder
 from shipper.tail.lines import LineSplitter
 from tests.support.container_writer import cri_record, docker_pieces, docker_record
 from tests.support.native import c_function
+from tests.unit.test_splice import CONFIGS, CORPUS, _keys, _render, _values, assert_same
 
 CID = "9a" * 32
 LINK = f"/var/log/containers/checkout-7d9f8b6c5-x2x9q_shop_api-{CID}.log"
@@ -171,11 +174,6 @@ def test_from_bytes_to_documents() -> None:
 
 # ------------------------------------------------------------------ the splice equals to_doc
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from tests.unit.test_splice import CONFIGS, CORPUS, _keys, _render, _values, assert_same  # noqa: E402
-
 CONTAINER_CONFIGS = [dict(c, format="docker") for c in CONFIGS] + [
     {"format": "cri", "index": "k8s-{kubernetes.namespace}-%Y.%m"},      # reads an added field: never spliced
     {"format": "cri", "fields": {"kubernetes": {"cluster": "eu-1"}}},
@@ -229,7 +227,7 @@ def test_the_container_splice_is_taken(build_path: str) -> None:
     assert [orjson.loads(p.split(b"\n")[1])["log"]["stream"] for p in out] == ["stdout", "stderr"]
     assert builder(format="cri", index="k8s-{kubernetes.namespace}")._container_reserved is None
     assert builder(format="cri", drop_fields=("pid",))._container_reserved is None
-    [(action, doc)] = pairs(builder(format="cri", index="k8s-{kubernetes.namespace}"), [ev(PINO)])
+    [(action, _doc)] = pairs(builder(format="cri", index="k8s-{kubernetes.namespace}"), [ev(PINO)])
     assert action["create"]["_index"] == "k8s-shop"
 
 

@@ -22,14 +22,14 @@ READ_AT = calendar.timegm((2026, 11, 30, 12, 0, 0)) + 0.25      # "read at 2026-
 
 def sections() -> list[tuple[str, str, bytes, list[Any]]]:
     out = []
-    for sec in re.split(r"^### ", DOC.read_text(), flags=re.M)[1:]:
-        fmt = re.search(r"^    format: (\w+)$", sec, re.M)
-        path = re.search(r"^Lines in `([^`]+)`:", sec, re.M)
+    for sec in re.split(r"^### ", DOC.read_text(), flags=re.MULTILINE)[1:]:
+        fmt = re.search(r"^    format: (\w+)$", sec, re.MULTILINE)
+        path = re.search(r"^Lines in `([^`]+)`:", sec, re.MULTILINE)
         if fmt is None or path is None:
             continue
-        text = re.search(r"```text\n(.*?)\n```", sec, re.S)
+        text = re.search(r"```text\n(.*?)\n```", sec, re.DOTALL)
         assert text is not None
-        docs = [orjson.loads(m) for m in re.findall(r"```json\n(.*?)\n```", sec, re.S)]
+        docs = [orjson.loads(m) for m in re.findall(r"```json\n(.*?)\n```", sec, re.DOTALL)]
         out.append((fmt.group(1), path.group(1), text.group(1).encode() + b"\n", docs))
     return out
 
