@@ -327,7 +327,7 @@ def _render(fmt: str, msgs: list[tuple[str, int, bytes, bool]], pattern: list[in
     for stream, n, unit, start_word in msgs:
         body = (b"START " if start_word else b"") + unit * n
         if fmt == "docker":
-            body = body * (1 + n // 30) * (400 if n > 60 else 1)          # some over 16 KiB: 2-4 pieces
+            body = body * (1 + n // 30) * (150 if n > 60 else 1)          # some over 16 KiB: 2-4 pieces
             per[stream] += docker_pieces(body, stream, next(clock))
         else:
             per[stream] += cri_pieces(body, stream, next(clock), piece)
@@ -359,7 +359,7 @@ def _run(blob: bytes, fmt: Any, cap: int, base: int, chunks: list[int], multilin
     return evs, j, sp
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fmt=st.sampled_from(["docker", "cri", "auto"]), msgs=MESSAGES,
        pattern=st.lists(st.integers(0, 1), min_size=8, max_size=60), piece=st.integers(3, 40),
        cap=st.sampled_from([20, 70, MIB]), chunks=st.lists(st.integers(1, 700), max_size=6),
@@ -384,6 +384,28 @@ def test_any_chunking_and_any_restart_point_give_the_same_records(
     cp = sp3.offset if ps is None else min(ps, sp3.offset)
     after, j4, _ = _run(blob, fmt, cap, cp, chunks, multiline)
     after += j4.flush()
+    _check_restart(ref, before, after, cp)
+
+    # and a kill -9 after physical lines where something is held (up to 12 of them, spread out)
+    sp = LineSplitter(0, physical_max_line_bytes(fmt, cap))
+    j5 = ContainerJoiner(fmt, cap, multiline_start=multiline, multiline_timeout_s=1e9)
+    so_far: list[ContainerEvent] = []
+    crashes: list[tuple[int, int]] = []           # (records emitted so far, checkpoint)
+    for ln in sp.feed(blob):
+        so_far += j5.feed(ln, 5.0)
+        ps = j5.pending_start
+        if ps is not None and ps < ln[1]:
+            crashes.append((len(so_far), ps))
+    restarts: dict[int, list[ContainerEvent]] = {}
+    for n, cp in crashes[::max(1, len(crashes) // 12)]:
+        if cp not in restarts:
+            again, j6, _ = _run(blob, fmt, cap, cp, [], multiline)
+            restarts[cp] = again + j6.flush()
+        _check_restart(ref, so_far[:n], restarts[cp], cp)
+
+
+def _check_restart(ref: list[ContainerEvent], before: list[ContainerEvent], after: list[ContainerEvent],
+                   cp: int) -> None:
     assert set(before) <= set(ref), "emitted before the crash: only records of the reference"
     assert set(after) <= set(ref), "after the restart: no record split at the checkpoint"
     assert set(before) | set(after) == set(ref), "nothing lost"
