@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from shipper.config import MultilineConfig
 from shipper.model import FLAG_TRUNCATED
-from shipper.parse.document import SourceEvent
+from shipper.parse.doc_values import SourceEvent
 from shipper.parse.multiline import MultilineAggregator
 from shipper.sources.journal_cursor import (
     OUTPUT_FIELDS,

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from shipper.config import InputConfig
 from shipper.model import FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED
-from shipper.parse.document import DocBuilder, doc_id
+from shipper.parse.doc_values import doc_id
+from shipper.parse.document import DocBuilder
 from shipper.parse.timeparse import format_timestamp
 
 NOW = 1_790_000_000.25           # 2026-09-21T...: the time the line was read
