@@ -122,8 +122,10 @@ def test_entries_appended_while_running_arrive_once_with_the_journal_fields(
     row = journald_row(d)
     assert row["directory"] == str(j.directory) and row["units"] == [] and row["cursor"] == cursors[219]
     assert d.status_json()["files"] == []
+    # the gauges are sampled apart from status.json (every couple of seconds): wait for them too
+    lag = f'shipper_journal_lag_entries{{input="{key}"}}'
+    wait_until(lambda: d.metrics().get(lag) == 0, lambda: f"{lag} == 0: {d.metrics().get(lag)}")
     m = d.metrics()
-    assert m[f'shipper_journal_lag_entries{{input="{key}"}}'] == 0
     assert m[f'shipper_journal_gaps_total{{input="{key}"}}'] == 0
     assert m["shipper_events_read_total"] >= 220
     assert_clean(d)
