@@ -9,7 +9,6 @@ test checks what goes on the wire and answers the items in the proxy as Elastics
 
 from __future__ import annotations
 
-import asyncio
 import calendar
 import logging
 from pathlib import Path
@@ -34,26 +33,15 @@ from shipper.ship.template import (
 )
 from tests.support.daemon import free_port
 from tests.support.es import ES
+from tests.support.fake_clock import FakeClock as SharedFakeClock
 from tests.support.proxy import BulkItem, FaultProxy
 
 NOW = calendar.timegm((2026, 12, 1, 10, 0, 0))
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    async def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.now += s
-        await asyncio.sleep(0)
+def FakeClock() -> SharedFakeClock:  # noqa: N802  (the tests' own name for it)
+    """The shared fake clock, its wall time tied to its monotonic time (as these tests expect)."""
+    return SharedFakeClock(wall=1_000.0)
 
 
 def config(url: str, extra: str = "") -> Config:

@@ -28,23 +28,12 @@ from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
 from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
+from tests.support.fake_clock import FakeClock as SharedFakeClock
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    async def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.now += s
-        await asyncio.sleep(0)
+def FakeClock() -> SharedFakeClock:  # noqa: N802  (the tests' own name for it)
+    """The shared fake clock, its wall time tied to its monotonic time (as these tests expect)."""
+    return SharedFakeClock(wall=1_000.0)
 
 
 class Recording(Events):
