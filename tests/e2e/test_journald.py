@@ -201,6 +201,55 @@ def test_kill9_at_random_moments_while_entries_arrive(tmp_path: Path, es: ES, os
     assert_clean(d)
 
 
+def journalctl_children(pid: int) -> list[int]:
+    """The journalctl processes whose parent is `pid` (from /proc)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+            comm = (p / "comm").read_text().strip()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and comm == "journalctl":
+            out.append(int(p.name))
+    return out
+
+
+def test_the_journalctl_child_dies_with_a_daemon_killed_alone(tmp_path: Path, es: ES, osmem_clone: Any,
+                                                              daemon_factory: Any) -> None:
+    """kill -9 of the daemon's pid only (the OOM killer's way, not the process group): its
+    following journalctl must not linger (systemd's journalctl ends when its stdout hangs up,
+    even with no entry to write), and the next start resumes exactly once."""
+    j = Journal(tmp_path / "journal")
+    j.append(*[pino(i) for i in range(50)])
+    d = daemon_factory(config(tmp_path, osmem_clone.url, j))
+    d.wait_ready()
+    wait_count(es, 50, d)
+    assert d.pid is not None
+    main_pid = d.pid
+    wait_until(lambda: journalctl_children(main_pid), lambda: "a journalctl child of the daemon")
+    (child,) = journalctl_children(main_pid)
+    os.kill(main_pid, signal.SIGKILL)
+    assert d.proc is not None
+    d.proc.wait(timeout=10)
+
+    def child_gone() -> bool:
+        try:
+            return (Path("/proc") / str(child) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+    wait_until(child_gone, lambda: f"journalctl {child} ended after the daemon's kill -9", timeout_s=10)
+    j.append(*[pino(i) for i in range(50, 80)])
+    d.start()
+    d.wait_ready()
+    wait_count(es, 80, d)
+    es.assert_exactly_once(range(80), index=INDEX)
+    assert_clean(d)
+
+
 # ---------------------------------------------------------------- entries written while stopped
 
 def test_entries_written_while_stopped_arrive_at_the_next_start(tmp_path: Path, es: ES, osmem_clone: Any,
