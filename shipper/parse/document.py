@@ -4,7 +4,10 @@ JSON lines (pino, bunyan) keep their fields; text lines become `message`; regex 
 groups. Always added: @timestamp, host.name, log.file.path, log.offset, the input's fields.
 Bad input is flagged in `log.flags`, never raised. The `_id` is `<incarnation>-<offset>`.
 Sources other than files (the journal) hand in `SourceEvent`s: the same parsing, their own `_id`,
-time and fields, no `log.file.*` (`source_doc`, `build_source`).
+time and fields, no `log.file.*` (`source_doc`, `build_source`). Container records (format
+docker/cri, or found by auto) come joined by `parse/container.py` and take `build_container`
+(`parse/container_doc.py`): the joined text parsed as auto parses a line, plus log.stream and the
+path's kubernetes/container fields.
 Valid pino lines are built in C when `shipper/_native.c` is built (`_build_native`); this file
 is the reference for what every document holds.
 """
@@ -12,13 +15,13 @@ is the reference for what every document holds.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from shipper import native
 from shipper.config import InputConfig
-from shipper.model import FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
+from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
 from shipper.parse.doc_values import (
     SourceEvent,
     _add_absent,
@@ -29,6 +32,10 @@ from shipper.parse.doc_values import (
 )
 from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
+
+if TYPE_CHECKING:
+    from shipper.parse.container import ContainerEvent
+    from shipper.parse.container_doc import ContainerDocs
 
 native_splice = native.splice      # the C fast path, or None (shipper/native.py)
 
@@ -57,6 +64,9 @@ class DocBuilder:
 
     def __init__(self, inp: InputConfig, default_index: str, host_name: str) -> None:
         self.format = inp.format
+        # docker/cri: the joined text of a record is parsed as format auto parses a line
+        self._line_format = "auto" if inp.format in ("docker", "cri") else inp.format
+        self._containers: ContainerDocs | None = None
         self.tz = inp.timezone
         self.fields = dict(inp.fields)
         self._fields_flat = not any(isinstance(v, (dict, list)) for v in self.fields.values())
@@ -100,7 +110,7 @@ class DocBuilder:
 
         Splicing needs JSON input, no transform (it rewrites the doc), input fields that touch
         nothing enrichment adds, and an index pattern that reads no added field."""
-        if self.format not in ("auto", "json") or self.transform is not None:
+        if self._line_format not in ("auto", "json") or self.transform is not None:
             return None
         if not all(isinstance(k, str) for k in self.fields):
             return None
@@ -134,11 +144,14 @@ class DocBuilder:
         return p
 
     def to_doc(self, data: bytes, flags: int, path: str, offset: int, now: float,
-               parsed: dict[str, Any] | None = None, *, as_text: bool = False) -> tuple[dict[str, Any], float] | None:
+               parsed: dict[str, Any] | None = None, *, as_text: bool = False, stream: str = "",
+               attrs: dict[str, Any] | None = None) -> tuple[dict[str, Any], float] | None:
         """One event -> (document, event time). None when a line filter drops it.
         `parsed`: `data` already parsed (orjson.loads of the bytes gave this dict).
-        `as_text`: JSON that cannot be shipped as such: the line as text, flagged json_parse_failed."""
-        r = self._parse(data, flags, now, parsed, as_text)
+        `as_text`: JSON that cannot be shipped as such: the line as text, flagged json_parse_failed.
+        `stream`: a container record (see `build_container`; `now` is then the runtime's time):
+        adds log.stream, the path's kubernetes/container fields and docker.attrs."""
+        r = self._parse(data, flags, now, parsed, as_text, (path, attrs) if stream else None)
         if r is None:
             return None
         doc, t, log, fl, bad_ts = r
@@ -148,6 +161,8 @@ class DocBuilder:
         else:
             log["file"] = {"path": path}
         log["offset"] = offset
+        if stream:
+            log["stream"] = stream
         return self._finish(doc, t, log, fl, bad_ts, self.host_name)
 
     def source_doc(self, ev: SourceEvent, *, as_text: bool = False) -> tuple[dict[str, Any], float] | None:
@@ -166,13 +181,15 @@ class DocBuilder:
             del out[0]["log"]      # a file's always holds log.file; this one nothing: no empty object
         return out
 
-    def _parse(self, data: bytes, flags: int, now: float, parsed: dict[str, Any] | None,
-               as_text: bool) -> tuple[dict[str, Any], float, dict[str, Any], list[str] | None, Any] | None:
+    def _parse(self, data: bytes, flags: int, now: float, parsed: dict[str, Any] | None, as_text: bool,
+               container: tuple[str, dict[str, Any] | None] | None = None,
+               ) -> tuple[dict[str, Any], float, dict[str, Any], list[str] | None, Any] | None:
         """The line's own content: parsed fields, @timestamp, the input's fields, `log` (a dict
-        in the doc) with the line's level. -> (doc, time, log, flags to add, bad @timestamp)."""
+        in the doc) with the line's level. -> (doc, time, log, flags to add, bad @timestamp).
+        `container`: (path, docker attrs) of a container record, whose fields go in before the input's."""
         fl: list[str] | None = ["json_parse_failed"] if as_text else None
         obj: Any = parsed
-        fmt = self.format
+        fmt = self._line_format
         if obj is not None:
             pass
         elif (fmt == "auto" or fmt == "json") and not as_text:
@@ -229,6 +246,8 @@ class DocBuilder:
         if t is None or not _usable(t):
             t = now
         doc["@timestamp"] = ts_text or format_timestamp(t)
+        if container is not None:
+            self.containers.add_meta(doc, container[0], container[1])
         if self.fields:
             # before the fields SPEC always adds, so `fields: {log: {...}}` cannot drop log.offset
             if self._fields_flat:
@@ -239,6 +258,8 @@ class DocBuilder:
             fl = fl or []
             if flags & (FLAG_TRUNCATED | FLAG_MULTILINE_CAPPED):
                 fl.append("truncated")
+            if flags & FLAG_CONTAINER_UNPARSED:
+                fl.append(self.format + "_parse_failed")
         log = doc.get("log")
         if not isinstance(log, dict):
             log = {} if log is None else {"original": log}
@@ -297,6 +318,21 @@ class DocBuilder:
             nbytes += len(pair)
             out.append(pair)
         return nbytes
+
+    @property
+    def containers(self) -> ContainerDocs:
+        if self._containers is None:
+            from shipper.parse.container_doc import ContainerDocs
+            self._containers = ContainerDocs(self)
+        return self._containers
+
+    def build_container(self, incarnation: str, path: str, events: list[ContainerEvent], now: float,
+                        out: list[bytes]) -> int:
+        """Append one bulk pair per joined container record (`parse/container.py`) to `out`;
+        returns the bytes appended. `now` is the time the lines were read; the runtime's time
+        (RFC 3339 text) is the fallback @timestamp of records without their own
+        (`parse/container_doc.py`)."""
+        return self.containers.build(incarnation, path, events, now, out)
 
     def build(self, incarnation: str, path: str, events: list[Line], now: float,
               out: list[bytes]) -> int:
