@@ -21,7 +21,7 @@ from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_TRUNCATED, Line
 from shipper.parse.multiline import MultilineAggregator
 
 __all__ = ["ContainerEvent", "ContainerFormat", "ContainerJoiner", "Record", "decode_cri", "decode_docker",
-           "looks_like_container", "parse_rfc3339", "path_metadata", "physical_max_line_bytes"]
+           "is_container_record", "looks_like_container", "parse_rfc3339", "path_metadata", "physical_max_line_bytes"]
 
 ContainerFormat = Literal["docker", "cri", "auto"]
 
@@ -194,6 +194,11 @@ def decode_cri(data: bytes, *, strict: bool = False) -> Record | None:
 def looks_like_container(data: bytes) -> bool:
     """Cheap pre-check for format auto: could this line be a Docker or CRI record?"""
     return data[:7] == _DOCKER_HEAD or (data[4:5] == b"-" and data[10:11] == b"T" and data[:1].isdigit())
+
+
+def is_container_record(data: bytes) -> bool:
+    """Is this line a Docker json-file or CRI record (as format auto recognises them)?"""
+    return looks_like_container(data) and _decode_auto(data) is not None
 
 
 def _decode_auto(data: bytes) -> Record | None:
