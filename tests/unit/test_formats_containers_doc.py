@@ -1,4 +1,4 @@
-"""The examples of docs/formats-containers.md are true: each section's lines, read by the
+"""The examples of docs/containers.md are true: each section's lines, read by the
 splitter and the container joiner and built by DocBuilder, give exactly the documents shown."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from shipper.parse.container import ContainerEvent, ContainerJoiner, physical_ma
 from shipper.parse.document import DocBuilder
 from shipper.tail.lines import LineSplitter
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "formats-containers.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "containers.md"
 READ_AT = calendar.timegm((2026, 11, 30, 12, 0, 0)) + 0.25      # "read at 2026-11-30T12:00:00.250Z"
 
 
 def sections() -> list[tuple[str, str, bytes, list[Any]]]:
     out = []
-    for sec in re.split(r"^### ", DOC.read_text(), flags=re.MULTILINE)[1:]:
+    for sec in re.split(r"^##+ ", DOC.read_text(), flags=re.MULTILINE)[1:]:
         fmt = re.search(r"^    format: (\w+)$", sec, re.MULTILINE)
         path = re.search(r"^Lines in `([^`]+)`:", sec, re.MULTILINE)
         if fmt is None or path is None:
