@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from shipper.model import Line
 from shipper.parse.container import ContainerEvent, parse_rfc3339, path_metadata
-from shipper.parse.doc_values import _copy_json, _event_time, _merge, _usable
+from shipper.parse.doc_values import (
+    _FAST_MS_MAX,
+    _FAST_MS_MIN,
+    _LEVEL_BYTES,
+    _MS_TEXT,
+    _copy_json,
+    _event_time,
+    _merge,
+    _usable,
+)
 from shipper.parse.timeparse import format_timestamp
 
 if TYPE_CHECKING:
@@ -133,7 +142,7 @@ class ContainerDocs:
 
         n: int = self.native([r[:4] for r in records], out, b._static_prefix, b._prefix_at_second,
                              incarnation.encode() + b"-", mid, self._path_meta_bytes(path) + b._fields_bytes + b",",
-                             self._reserved_bytes, one, d._FAST_MS_MIN, d._FAST_MS_MAX)
+                             self._reserved_bytes, one, _FAST_MS_MIN, _FAST_MS_MAX)
         return n
 
     def _build_record(self, incarnation: str, path: str, ev: ContainerEvent, now: float, out: list[bytes]) -> int:
@@ -195,10 +204,10 @@ class ContainerDocs:
         static_prefix = b._static_prefix
         t = 0.0
         tm = obj.get("time")
-        if type(tm) is int and d._FAST_MS_MIN <= tm < d._FAST_MS_MAX:
+        if type(tm) is int and _FAST_MS_MIN <= tm < _FAST_MS_MAX:
             sec = tm // 1000
             tsp = b._ts_prefix.get(sec) or b._second_prefix(sec)
-            ts = d._MS_TEXT[tm - sec * 1000]
+            ts = _MS_TEXT[tm - sec * 1000]
             if static_prefix is None:
                 t = tm / 1000.0
         else:
@@ -207,7 +216,7 @@ class ContainerDocs:
             ts = b'"'
         lv = obj.get("level")
         if type(lv) is int:
-            lvb = d._LEVEL_BYTES.get(lv, b"}")
+            lvb = _LEVEL_BYTES.get(lv, b"}")
         elif type(lv) is str and lv:
             lvb = b',"level":' + d._dumps(lv) + b"}"
         else:

@@ -22,7 +22,11 @@ import orjson
 from shipper import native
 from shipper.config import InputConfig
 from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
+from shipper.parse.doc_splice import build_general, build_source
 from shipper.parse.doc_values import (
+    _FAST_MS_MAX,
+    _FAST_MS_MIN,
+    LEVEL_NAMES,
     SourceEvent,
     _add_absent,
     _epoch,
@@ -39,19 +43,12 @@ if TYPE_CHECKING:
 
 native_splice = native.splice      # the C fast path, or None (shipper/native.py)
 
-LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
-_LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`
 
 # The keys enrichment adds or overwrites at the top level: a JSON line with none of them (nor the
 # input's fields) is spliced (see DocBuilder.build); one with any of them is re-serialised.
 _ADDED_KEYS = frozenset(("@timestamp", "log", "host", "message"))
 _SPLICE_BLOCKERS = frozenset(("@timestamp", "log", "host"))
 _FIELD_REF_RE = re.compile(r"\{([^{}|]+)(?:\|[^{}]*)?\}")
-# pino's `time` in epoch ms, within which integer arithmetic gives exactly what format_timestamp
-# (float seconds) gives: 1973-03-03 .. 2109-05-15 (beyond 2**42 ms float rounding may differ)
-_FAST_MS_MIN = 100_000_000_001
-_FAST_MS_MAX = 2 ** 42
-_MS_TEXT = tuple(b".%03dZ\"" % i for i in range(1000))
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -296,28 +293,8 @@ class DocBuilder:
 
     def build_source(self, events: list[SourceEvent], out: list[bytes]) -> int:
         """Append one bulk pair per event of a non-file source to `out` (each with its own `_id`);
-        returns the bytes appended. Like `build`, a line orjson cannot serialise (nested past 255
-        levels) goes as text, flagged json_parse_failed."""
-        nbytes = 0
-        route = self.router.route
-        prefix = self._prefix
-        for ev in events:
-            r = self.source_doc(ev)
-            if r is None:
-                continue
-            doc, t = r
-            try:
-                body = _dumps(doc)
-            except TypeError:
-                r = self.source_doc(ev, as_text=True)
-                if r is None:
-                    continue
-                doc, t = r
-                body = _dumps(doc)
-            pair = b"".join((prefix(route(doc, t)), ev.doc_id.encode(), b'"}}\n', body, b"\n"))
-            nbytes += len(pair)
-            out.append(pair)
-        return nbytes
+        returns the bytes appended (`parse/doc_splice.py`)."""
+        return build_source(self, events, out)
 
     @property
     def containers(self) -> ContainerDocs:
@@ -402,79 +379,9 @@ class DocBuilder:
 
     def _build_general(self, incarnation: str, path: str, events: list[Line], now: float,
                        out: list[bytes]) -> int:
-        """The Python splice loop, for any index pattern and line filter (see `_build`). With one
-        fixed index name the action's start is a constant and no event time is computed for routing."""
-        field_keys = self._field_keys
-        nbytes = 0
-        loads = _loads
-        dumps = _dumps
-        decode_error = _JSONDecodeError
-        join = b"".join
-        append = out.append
-        to_doc = self.to_doc
-        route = self.router.route
-        prefix = self._prefix
-        static_prefix = self._static_prefix
-        line_filter = self.line_filter
-        ts_prefix = self._ts_prefix
-        ms_text = _MS_TEXT
-        level_bytes = _LEVEL_BYTES
-        tail = self._fields_bytes + b","
-        mid = self._path_bytes(path)
-        inc = incarnation.encode() + b"-"
-        d: Any
-        for start, _end, data, flags in events:
-            d = None
-            if data and data[0] == 123 and not flags:        # b"{"
-                try:
-                    d = loads(data)
-                except decode_error:
-                    d = None
-                else:
-                    if ("@timestamp" not in d and "log" not in d and "host" not in d and d
-                            and (field_keys is None or field_keys.isdisjoint(d))):
-                        if line_filter is not None and not line_filter.keep(data.decode("utf-8", "replace")):
-                            continue
-                        t = 0.0
-                        tm = d.get("time")
-                        if type(tm) is int and _FAST_MS_MIN <= tm < _FAST_MS_MAX:
-                            sec = tm // 1000
-                            tsp = ts_prefix.get(sec)
-                            if tsp is None:
-                                tsp = self._second_prefix(sec)
-                            ts = ms_text[tm - sec * 1000]
-                            if static_prefix is None:
-                                t = tm / 1000.0
-                        else:
-                            t = _event_time(d, now, self.tz)
-                            tsp = b'"}}\n{"@timestamp":"' + format_timestamp(t).encode()
-                            ts = b'"'
-                        lv = d.get("level")
-                        if type(lv) is int:
-                            lvb = level_bytes.get(lv, b"}")
-                        elif type(lv) is str and lv:
-                            lvb = b',"level":' + dumps(lv) + b"}"
-                        else:
-                            lvb = b"}"
-                        sb = b"%d" % start
-                        msg = d.get("msg")
-                        if msg is None or "message" in d:
-                            pair = join((static_prefix or prefix(route(d, t)), inc, sb, tsp, ts, mid, sb, lvb,
-                                         tail, dumps(d, option=_NEWLINE)[1:]))
-                        else:
-                            pair = join((static_prefix or prefix(route(d, t)), inc, sb, tsp, ts, mid, sb, lvb,
-                                         b',"message":', dumps(msg), tail, dumps(d, option=_NEWLINE)[1:]))
-                        nbytes += len(pair)
-                        append(pair)
-                        continue
-            r = to_doc(data, flags, path, start, now, d if type(d) is dict else None)
-            if r is None:
-                continue
-            doc, t = r
-            pair = join((prefix(route(doc, t)), inc, b"%d\"}}\n" % start, dumps(doc), b"\n"))
-            nbytes += len(pair)
-            append(pair)
-        return nbytes
+        """The Python splice loop, for any index pattern and line filter (see `_build`;
+        `parse/doc_splice.py`)."""
+        return build_general(self, incarnation, path, events, now, out)
 
     def _second_prefix(self, sec: int) -> bytes:
         """The action's end and the document's start up to the @timestamp's seconds, cached per second."""
