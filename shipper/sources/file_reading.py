@@ -241,7 +241,10 @@ class FileReader:
             if h.state == "deleted":
                 if idle_s >= DELETED_GRACE_S:
                     self.finish(key, f, "deleted")
-            elif idle_s >= self.cfg.inputs[f.input_idx].close_inactive_s and not f.holds_lines():
+            elif idle_s >= self.cfg.inputs[f.input_idx].close_inactive_s and (
+                    not f.holds_lines() or isinstance(f.holder, ContainerJoiner)):
+                # a partial container record may wait closed: the checkpoint is at its first
+                # piece, so reopened (it grew) the file is read from there and the record joined
                 self.park(key, f, "inactive")
 
     async def on_truncated(self, key: Key, f: OpenFile) -> None:

@@ -179,3 +179,22 @@ def test_a_copy_beside_a_links_target_is_a_copy_of_the_links_incarnation() -> No
     cat.note_links({identity.rotation_root(target): link})
     found = cat.copy_of(target + ".20261201-100000.gz", head, (1, 99))
     assert found is not None and found.incarnation == "inc1"
+
+
+async def test_an_idle_file_with_a_partial_record_is_parked_and_joined_when_it_grows(make_rig: RigFactory,
+                                                                                   tmp_path: Path) -> None:
+    """close_inactive passes while a record waits for its last piece (a renamed file nobody
+    writes to again would otherwise hold its fd for good): closed, and reopened when it grows,
+    the record is read again from its first piece and comes out whole, once."""
+    log = tmp_path / "logs" / "app.log"
+    clock = ticks()
+    big = docker_pieces(pino(1, 20_000), "stdout", next(clock))
+    w = RuntimeLog(log)
+    w.write_records(docker_pieces(pino(0), "stdout", next(clock)) + big[:1])
+    rig = make_rig(input_format="docker", input_close_inactive_s=1.0)
+    await rig.step()
+    await rig.settle()
+    assert seqs(rig) == [0] and not rig.p.sources and rig.p.files.files.parked
+    w.write_records(big[1:])
+    await rig.settle()
+    assert seqs(rig) == [0, 1] and not rig.dup_ids and len(by_seq(rig)[1]["pad"]) == 20_000
