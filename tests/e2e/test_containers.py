@@ -132,6 +132,33 @@ def test_kubelet_rotation_of_a_symlinked_target_under_a_writer(tmp_path: Path, e
     assert src["container"] == {"name": "app", "id": CID}
 
 
+def test_kubelet_rotations_while_the_daemon_is_down(tmp_path: Path, es: ES, osmem_clone: Any,
+                                                  daemon_factory: Any) -> None:
+    """kill -9, then three rotations (the first two pieces gzipped by the next ones), then a
+    restart: the unread rest of the file the daemon had open is read from its renamed (then
+    gzipped) piece, the pieces it never saw whole; nothing twice."""
+    p = pod(tmp_path)
+    d = daemon_factory(config(tmp_path, osmem_clone.url, str(p.root / "containers" / "*.log"), "cri")).wait_ready()
+    w = CriWriter(RuntimeLog(p.target))
+    for seq in range(100):
+        w.log.write_records(w.records(seq))
+        w.written += [seq, STDERR + seq] if seq % 25 == 3 else [seq]
+    wait_count(es, len(w.written), d)
+    d.kill9()
+    seq = 100
+    for i in range(3):
+        for _ in range(120):
+            w.log.write_records(w.records(seq))
+            w.written += [seq, STDERR + seq] if seq % 25 == 3 else [seq]
+            seq += 1
+        kubelet_rotate(p.target, 1_796_119_200.0 + i, w.log.reopen, max_files=5)
+    w.log.write_records(w.records(seq))
+    w.written.append(seq)
+    assert sum(n.endswith(".gz") for n in os.listdir(p.target.parent)) == 2
+    d.restart()
+    finish(es, d, w.written)
+
+
 def test_kill9_inside_a_partial_sequence_then_restart(tmp_path: Path, es: ES, osmem_clone: Any,
                                                       daemon_factory: Any) -> None:
     """kill -9 while a 100 KiB line is half written (its first pieces read, a stderr line between
