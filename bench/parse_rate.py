@@ -1,5 +1,12 @@
-"""Parse throughput per format: lines/s of RegexParser (nginx, apache, syslog 3164 and 5424) and
-of MultilineAggregator on Java stack traces, over ~100k generated lines each.
+"""Parse throughput per format: lines/s of RegexParser (nginx, apache, syslog 3164 and 5424), of
+MultilineAggregator on Java stack traces, and of container logs (format docker and cri: pino
+lines wrapped as dockerd / containerd write them, 2% of them 40 KiB lines in 16 KiB pieces,
+stdout and stderr interleaved), over ~100k generated lines each.
+
+For docker and cri two figures: the joiner alone (physical lines -> joined records) and the
+whole pure path to bulk bytes (joiner + DocBuilder.build_container); next to them, the same pino
+lines as a plain file (format auto through DocBuilder.build, the C path when built) and that file
+with format auto's per-read look for container records (two lines a read, as the reader does).
 
 Lines are generated from a fixed seed, so every run parses the same input:
     .venv/bin/python bench/parse_rate.py [--lines N]
@@ -10,12 +17,23 @@ from __future__ import annotations
 import argparse
 import calendar
 import random
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from shipper.config import InputConfig
 from shipper.model import Line
+from shipper.parse.container import ContainerEvent, ContainerJoiner, is_container_record, physical_max_line_bytes
+from shipper.parse.document import DocBuilder
 from shipper.parse.multiline import MultilineAggregator
 from shipper.parse.regex import RegexParser
+from shipper.tail.lines import LineSplitter
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from gen import PinoGenerator  # noqa: E402  (bench/gen.py: the benchmarks' pino lines)
+
+from tests.support.container_writer import cri_pieces, docker_pieces, ticks  # noqa: E402
 
 NOW = float(calendar.timegm((2026, 11, 30, 12, 0, 0)))
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -101,6 +119,83 @@ def gen_java(rng: random.Random, n: int) -> list[Line]:
     return lines
 
 
+def gen_pino(n: int) -> list[bytes]:
+    return [ln.encode() for ln in PinoGenerator(7, 350).batch(n)]
+
+
+def gen_container(fmt: str, pino: list[bytes], rng: random.Random) -> bytes:
+    """The pino lines as a runtime writes them; 2% become 40 KiB lines (3 pieces), 10% go to stderr."""
+    clock = ticks(int(NOW * 1e9))
+    out: dict[str, list[bytes]] = {"stdout": [], "stderr": []}
+    order: list[str] = []
+    for line in pino:
+        stream = "stderr" if rng.random() < 0.1 else "stdout"
+        if rng.random() < 0.02:
+            line = line[:-1] + b',"blob":"' + b"b" * 40_000 + b'"}'
+        recs = docker_pieces(line, stream, next(clock)) if fmt == "docker" else cri_pieces(line, stream, next(clock))
+        out[stream] += recs
+        order += [stream] * len(recs)
+    pos = {"stdout": 0, "stderr": 0}
+    blob = []
+    for stream in order:                 # pieces of the two streams interleave as they were written
+        blob.append(out[stream][pos[stream]])
+        pos[stream] += 1
+    return b"".join(blob)
+
+
+def container_rows(n: int) -> list[tuple[str, int, float, int, str]]:
+    rows: list[tuple[str, int, float, int, str]] = []
+    pino = gen_pino(n)
+    path = "/var/log/containers/checkout-7d9f8b6c5-x2x9q_shop_api-" + "9a" * 32 + ".log"
+    plain = [(i * 400, i * 400 + len(d) + 1, d, 0) for i, d in enumerate(pino)]
+    auto = DocBuilder(InputConfig(paths=("/x/*.log",), format="auto"), "logs-%Y.%m.%d", "node-1")
+
+    def run_plain() -> int:
+        out: list[bytes] = []
+        auto.build("inc", path, plain, NOW, out)
+        return len(out)
+
+    rate, docs = rate_of(run_plain, len(plain))
+    rows.append(("pino file (auto)", len(plain), rate, docs, "docs"))
+
+    def run_auto_check() -> int:
+        # what the reader does per read of a plain file (sources/file_reading.py `_sniff`): two lines looked at
+        out: list[bytes] = []
+        for i in range(0, len(plain), 1000):
+            batch = plain[i:i + 1000]
+            if is_container_record(batch[0][2]) or is_container_record(batch[-1][2]):
+                raise AssertionError("a pino line taken for a container record")
+            auto.build("inc", path, batch, NOW, out)
+        return len(out)
+
+    rate, docs = rate_of(run_auto_check, len(plain))
+    rows.append(("pino file (auto+sniff)", len(plain), rate, docs, "docs"))
+    for fmt in ("docker", "cri"):
+        blob = gen_container(fmt, pino, random.Random(11))
+        lines = LineSplitter(0, physical_max_line_bytes(fmt, 1024 * 1024)).feed(blob)
+        builder = DocBuilder(InputConfig(paths=("/var/log/containers/*.log",), format=fmt), "logs-%Y.%m.%d", "node-1")
+
+        def run_join(fmt: str = fmt, lines: list[Line] = lines) -> int:
+            j = ContainerJoiner(fmt, 1024 * 1024)  # type: ignore[arg-type]
+            evs: list[ContainerEvent] | None = j.feed_lines(lines, NOW)
+            return len(evs or [])
+
+        rate, events = rate_of(run_join, len(lines))
+        rows.append((f"{fmt} join", len(lines), rate, events, "records"))
+
+        def run_docs(fmt: str = fmt, lines: list[Line] = lines, builder: DocBuilder = builder) -> int:
+            j = ContainerJoiner(fmt, 1024 * 1024)  # type: ignore[arg-type]
+            out: list[bytes] = []
+            for i in range(0, len(lines), 1000):
+                evs = j.feed_lines(lines[i:i + 1000], NOW) or []
+                builder.build_container("inc", path, evs, NOW, out)
+            return len(out)
+
+        rate, docs = rate_of(run_docs, len(lines))
+        rows.append((f"{fmt} docs", len(lines), rate, docs, "docs"))
+    return rows
+
+
 def rate_of(run: Callable[[], int], n: int) -> tuple[float, int]:
     best = float("inf")
     got = 0
@@ -143,10 +238,11 @@ def main() -> None:
 
     rate, events = rate_of(run_java, len(java))
     rows.append(("multiline java", len(java), rate, events, "events"))
+    rows += container_rows(n)
 
-    print(f"{'format':<16}{'lines':>9}{'lines/s':>12}  result")
+    print(f"{'format':<24}{'lines':>9}{'lines/s':>12}  result")
     for name, count, rate, got, what in rows:
-        print(f"{name:<16}{count:>9}{rate:>12,.0f}  {got} {what}")
+        print(f"{name:<24}{count:>9}{rate:>12,.0f}  {got} {what}")
 
 
 if __name__ == "__main__":

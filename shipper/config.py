@@ -37,7 +37,7 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:9607"
 LOGSENE_RECEIVER = "https://logsene-receiver.sematext.com"
 LOGSENE_RECEIVER_EU = "https://logsene-receiver.eu.sematext.com"
 
-Format = Literal["auto", "json", "text", "regex"]
+Format = Literal["auto", "json", "text", "regex", "docker", "cri"]
 StartAt = Literal["beginning", "end"]
 
 
@@ -184,7 +184,7 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
     for p in paths:
         if not os.path.isabs(os.path.expanduser(p)):
             raise lines.error(s.key("paths"), f"globs must be absolute paths, got {p!r}")
-    fmt = s.string("format", _INPUT_DEFAULTS.format, ("auto", "json", "text", "regex"))
+    fmt = s.string("format", _INPUT_DEFAULTS.format, ("auto", "json", "text", "regex", "docker", "cri"))
     pattern = s.string("pattern", None)
     if fmt == "regex":
         if not pattern:

@@ -15,6 +15,7 @@ Line = tuple[int, int, bytes, int]
 
 FLAG_TRUNCATED = 1          # the line was longer than max_line_bytes and was cut
 FLAG_MULTILINE_CAPPED = 2   # a multiline event reached max_lines
+FLAG_CONTAINER_UNPARSED = 4  # format docker/cri: the line is no record of that format (shipped as a plain line)
 
 
 @dataclass(slots=True)

@@ -10,6 +10,14 @@ from typing import Any
 
 from shipper.parse.timeparse import parse_timestamp
 
+LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
+_LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`
+# pino's `time` in epoch ms, within which integer arithmetic gives exactly what format_timestamp
+# (float seconds) gives: 1973-03-03 .. 2109-05-15 (beyond 2**42 ms float rounding may differ)
+_FAST_MS_MIN = 100_000_000_001
+_FAST_MS_MAX = 2 ** 42
+_MS_TEXT = tuple(b".%03dZ\"" % i for i in range(1000))
+
 
 def doc_id(incarnation: str, offset: int) -> str:
     """Deterministic: a re-sent event is a 409, a new incarnation never collides with an old one."""

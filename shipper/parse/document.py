@@ -4,7 +4,10 @@ JSON lines (pino, bunyan) keep their fields; text lines become `message`; regex 
 groups. Always added: @timestamp, host.name, log.file.path, log.offset, the input's fields.
 Bad input is flagged in `log.flags`, never raised. The `_id` is `<incarnation>-<offset>`.
 Sources other than files (the journal) hand in `SourceEvent`s: the same parsing, their own `_id`,
-time and fields, no `log.file.*` (`source_doc`, `build_source`).
+time and fields, no `log.file.*` (`source_doc`, `build_source`). Container records (format
+docker/cri, or found by auto) come joined by `parse/container.py` and take `build_container`
+(`parse/container_doc.py`): the joined text parsed as auto parses a line, plus log.stream and the
+path's kubernetes/container fields.
 Valid pino lines are built in C when `shipper/_native.c` is built (`_build_native`); this file
 is the reference for what every document holds.
 """
@@ -12,14 +15,18 @@ is the reference for what every document holds.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from shipper import native
 from shipper.config import InputConfig
-from shipper.model import FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
+from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
+from shipper.parse.doc_splice import build_general, build_source
 from shipper.parse.doc_values import (
+    _FAST_MS_MAX,
+    _FAST_MS_MIN,
+    LEVEL_NAMES,
     SourceEvent,
     _add_absent,
     _epoch,
@@ -30,21 +37,18 @@ from shipper.parse.doc_values import (
 from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
+if TYPE_CHECKING:
+    from shipper.parse.container import ContainerEvent
+    from shipper.parse.container_doc import ContainerDocs
+
 native_splice = native.splice      # the C fast path, or None (shipper/native.py)
 
-LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
-_LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`
 
 # The keys enrichment adds or overwrites at the top level: a JSON line with none of them (nor the
 # input's fields) is spliced (see DocBuilder.build); one with any of them is re-serialised.
 _ADDED_KEYS = frozenset(("@timestamp", "log", "host", "message"))
 _SPLICE_BLOCKERS = frozenset(("@timestamp", "log", "host"))
 _FIELD_REF_RE = re.compile(r"\{([^{}|]+)(?:\|[^{}]*)?\}")
-# pino's `time` in epoch ms, within which integer arithmetic gives exactly what format_timestamp
-# (float seconds) gives: 1973-03-03 .. 2109-05-15 (beyond 2**42 ms float rounding may differ)
-_FAST_MS_MIN = 100_000_000_001
-_FAST_MS_MAX = 2 ** 42
-_MS_TEXT = tuple(b".%03dZ\"" % i for i in range(1000))
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -57,6 +61,9 @@ class DocBuilder:
 
     def __init__(self, inp: InputConfig, default_index: str, host_name: str) -> None:
         self.format = inp.format
+        # docker/cri: the joined text of a record is parsed as format auto parses a line
+        self._line_format = "auto" if inp.format in ("docker", "cri") else inp.format
+        self._containers: ContainerDocs | None = None
         self.tz = inp.timezone
         self.fields = dict(inp.fields)
         self._fields_flat = not any(isinstance(v, (dict, list)) for v in self.fields.values())
@@ -100,7 +107,7 @@ class DocBuilder:
 
         Splicing needs JSON input, no transform (it rewrites the doc), input fields that touch
         nothing enrichment adds, and an index pattern that reads no added field."""
-        if self.format not in ("auto", "json") or self.transform is not None:
+        if self._line_format not in ("auto", "json") or self.transform is not None:
             return None
         if not all(isinstance(k, str) for k in self.fields):
             return None
@@ -134,11 +141,14 @@ class DocBuilder:
         return p
 
     def to_doc(self, data: bytes, flags: int, path: str, offset: int, now: float,
-               parsed: dict[str, Any] | None = None, *, as_text: bool = False) -> tuple[dict[str, Any], float] | None:
+               parsed: dict[str, Any] | None = None, *, as_text: bool = False, stream: str = "",
+               attrs: dict[str, Any] | None = None) -> tuple[dict[str, Any], float] | None:
         """One event -> (document, event time). None when a line filter drops it.
         `parsed`: `data` already parsed (orjson.loads of the bytes gave this dict).
-        `as_text`: JSON that cannot be shipped as such: the line as text, flagged json_parse_failed."""
-        r = self._parse(data, flags, now, parsed, as_text)
+        `as_text`: JSON that cannot be shipped as such: the line as text, flagged json_parse_failed.
+        `stream`: a container record (see `build_container`; `now` is then the runtime's time):
+        adds log.stream, the path's kubernetes/container fields and docker.attrs."""
+        r = self._parse(data, flags, now, parsed, as_text, (path, attrs) if stream else None)
         if r is None:
             return None
         doc, t, log, fl, bad_ts = r
@@ -148,6 +158,8 @@ class DocBuilder:
         else:
             log["file"] = {"path": path}
         log["offset"] = offset
+        if stream:
+            log["stream"] = stream
         return self._finish(doc, t, log, fl, bad_ts, self.host_name)
 
     def source_doc(self, ev: SourceEvent, *, as_text: bool = False) -> tuple[dict[str, Any], float] | None:
@@ -166,13 +178,15 @@ class DocBuilder:
             del out[0]["log"]      # a file's always holds log.file; this one nothing: no empty object
         return out
 
-    def _parse(self, data: bytes, flags: int, now: float, parsed: dict[str, Any] | None,
-               as_text: bool) -> tuple[dict[str, Any], float, dict[str, Any], list[str] | None, Any] | None:
+    def _parse(self, data: bytes, flags: int, now: float, parsed: dict[str, Any] | None, as_text: bool,
+               container: tuple[str, dict[str, Any] | None] | None = None,
+               ) -> tuple[dict[str, Any], float, dict[str, Any], list[str] | None, Any] | None:
         """The line's own content: parsed fields, @timestamp, the input's fields, `log` (a dict
-        in the doc) with the line's level. -> (doc, time, log, flags to add, bad @timestamp)."""
+        in the doc) with the line's level. -> (doc, time, log, flags to add, bad @timestamp).
+        `container`: (path, docker attrs) of a container record, whose fields go in before the input's."""
         fl: list[str] | None = ["json_parse_failed"] if as_text else None
         obj: Any = parsed
-        fmt = self.format
+        fmt = self._line_format
         if obj is not None:
             pass
         elif (fmt == "auto" or fmt == "json") and not as_text:
@@ -229,6 +243,8 @@ class DocBuilder:
         if t is None or not _usable(t):
             t = now
         doc["@timestamp"] = ts_text or format_timestamp(t)
+        if container is not None:
+            self.containers.add_meta(doc, container[0], container[1])
         if self.fields:
             # before the fields SPEC always adds, so `fields: {log: {...}}` cannot drop log.offset
             if self._fields_flat:
@@ -239,6 +255,8 @@ class DocBuilder:
             fl = fl or []
             if flags & (FLAG_TRUNCATED | FLAG_MULTILINE_CAPPED):
                 fl.append("truncated")
+            if flags & FLAG_CONTAINER_UNPARSED:
+                fl.append(self.format + "_parse_failed")
         log = doc.get("log")
         if not isinstance(log, dict):
             log = {} if log is None else {"original": log}
@@ -275,28 +293,23 @@ class DocBuilder:
 
     def build_source(self, events: list[SourceEvent], out: list[bytes]) -> int:
         """Append one bulk pair per event of a non-file source to `out` (each with its own `_id`);
-        returns the bytes appended. Like `build`, a line orjson cannot serialise (nested past 255
-        levels) goes as text, flagged json_parse_failed."""
-        nbytes = 0
-        route = self.router.route
-        prefix = self._prefix
-        for ev in events:
-            r = self.source_doc(ev)
-            if r is None:
-                continue
-            doc, t = r
-            try:
-                body = _dumps(doc)
-            except TypeError:
-                r = self.source_doc(ev, as_text=True)
-                if r is None:
-                    continue
-                doc, t = r
-                body = _dumps(doc)
-            pair = b"".join((prefix(route(doc, t)), ev.doc_id.encode(), b'"}}\n', body, b"\n"))
-            nbytes += len(pair)
-            out.append(pair)
-        return nbytes
+        returns the bytes appended (`parse/doc_splice.py`)."""
+        return build_source(self, events, out)
+
+    @property
+    def containers(self) -> ContainerDocs:
+        if self._containers is None:
+            from shipper.parse.container_doc import ContainerDocs
+            self._containers = ContainerDocs(self)
+        return self._containers
+
+    def build_container(self, incarnation: str, path: str, events: list[ContainerEvent], now: float,
+                        out: list[bytes]) -> int:
+        """Append one bulk pair per joined container record (`parse/container.py`) to `out`;
+        returns the bytes appended. `now` is the time the lines were read; the runtime's time
+        (RFC 3339 text) is the fallback @timestamp of records without their own
+        (`parse/container_doc.py`)."""
+        return self.containers.build(incarnation, path, events, now, out)
 
     def build(self, incarnation: str, path: str, events: list[Line], now: float,
               out: list[bytes]) -> int:
@@ -366,79 +379,9 @@ class DocBuilder:
 
     def _build_general(self, incarnation: str, path: str, events: list[Line], now: float,
                        out: list[bytes]) -> int:
-        """The Python splice loop, for any index pattern and line filter (see `_build`). With one
-        fixed index name the action's start is a constant and no event time is computed for routing."""
-        field_keys = self._field_keys
-        nbytes = 0
-        loads = _loads
-        dumps = _dumps
-        decode_error = _JSONDecodeError
-        join = b"".join
-        append = out.append
-        to_doc = self.to_doc
-        route = self.router.route
-        prefix = self._prefix
-        static_prefix = self._static_prefix
-        line_filter = self.line_filter
-        ts_prefix = self._ts_prefix
-        ms_text = _MS_TEXT
-        level_bytes = _LEVEL_BYTES
-        tail = self._fields_bytes + b","
-        mid = self._path_bytes(path)
-        inc = incarnation.encode() + b"-"
-        d: Any
-        for start, _end, data, flags in events:
-            d = None
-            if data and data[0] == 123 and not flags:        # b"{"
-                try:
-                    d = loads(data)
-                except decode_error:
-                    d = None
-                else:
-                    if ("@timestamp" not in d and "log" not in d and "host" not in d and d
-                            and (field_keys is None or field_keys.isdisjoint(d))):
-                        if line_filter is not None and not line_filter.keep(data.decode("utf-8", "replace")):
-                            continue
-                        t = 0.0
-                        tm = d.get("time")
-                        if type(tm) is int and _FAST_MS_MIN <= tm < _FAST_MS_MAX:
-                            sec = tm // 1000
-                            tsp = ts_prefix.get(sec)
-                            if tsp is None:
-                                tsp = self._second_prefix(sec)
-                            ts = ms_text[tm - sec * 1000]
-                            if static_prefix is None:
-                                t = tm / 1000.0
-                        else:
-                            t = _event_time(d, now, self.tz)
-                            tsp = b'"}}\n{"@timestamp":"' + format_timestamp(t).encode()
-                            ts = b'"'
-                        lv = d.get("level")
-                        if type(lv) is int:
-                            lvb = level_bytes.get(lv, b"}")
-                        elif type(lv) is str and lv:
-                            lvb = b',"level":' + dumps(lv) + b"}"
-                        else:
-                            lvb = b"}"
-                        sb = b"%d" % start
-                        msg = d.get("msg")
-                        if msg is None or "message" in d:
-                            pair = join((static_prefix or prefix(route(d, t)), inc, sb, tsp, ts, mid, sb, lvb,
-                                         tail, dumps(d, option=_NEWLINE)[1:]))
-                        else:
-                            pair = join((static_prefix or prefix(route(d, t)), inc, sb, tsp, ts, mid, sb, lvb,
-                                         b',"message":', dumps(msg), tail, dumps(d, option=_NEWLINE)[1:]))
-                        nbytes += len(pair)
-                        append(pair)
-                        continue
-            r = to_doc(data, flags, path, start, now, d if type(d) is dict else None)
-            if r is None:
-                continue
-            doc, t = r
-            pair = join((prefix(route(doc, t)), inc, b"%d\"}}\n" % start, dumps(doc), b"\n"))
-            nbytes += len(pair)
-            append(pair)
-        return nbytes
+        """The Python splice loop, for any index pattern and line filter (see `_build`;
+        `parse/doc_splice.py`)."""
+        return build_general(self, incarnation, path, events, now, out)
 
     def _second_prefix(self, sec: int) -> bytes:
         """The action's end and the document's start up to the @timestamp's seconds, cached per second."""

@@ -4,6 +4,12 @@ Lines of each open file are parsed (multiline, then the input's document builder
 writer's draft together with the checkpoint move they make. A file renamed or deleted is read to
 its end; a truncated one (copytruncate) goes on as a new incarnation from 0 while its unread range
 is read from the copy logrotate left beside it (looked for off the loop).
+
+Container logs (format docker/cri; format auto once a file shows a Docker or CRI record): a
+`ContainerJoiner` per open file joins the partial records per stream (and runs multiline per
+stream after it); the checkpoint never passes its `pending_start`, so a record hanging at the end
+of a file, or at a kill -9, is re-read whole. The splitter's cap lets a physical line through
+(`physical_max_line_bytes`); the joined record is cut at max_line_bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +23,13 @@ from shipper.clock import Clock
 from shipper.config import Config
 from shipper.events import Events
 from shipper.model import Checkpoint, Line
+from shipper.parse.container import (
+    ContainerEvent,
+    ContainerFormat,
+    ContainerJoiner,
+    is_container_record,
+    physical_max_line_bytes,
+)
 from shipper.parse.document import DocBuilder
 from shipper.parse.multiline import MultilineAggregator
 from shipper.sources.base import Drafts, Progress, Room
@@ -47,13 +60,39 @@ class FileReader:
         self.read_total = 0
 
     def holder(self, idx: int) -> Holder | None:
-        m = self.cfg.inputs[idx].multiline
+        inp = self.cfg.inputs[idx]
+        if inp.format == "docker" or inp.format == "cri":
+            return self._joiner(idx)
+        m = inp.multiline
         return None if m is None else MultilineAggregator(m.start, m.max_lines, m.timeout_s)
+
+    def _joiner(self, idx: int) -> ContainerJoiner:
+        inp = self.cfg.inputs[idx]
+        m = inp.multiline
+        fmt: ContainerFormat = "docker" if inp.format == "docker" else "cri" if inp.format == "cri" else "auto"
+        if m is None:
+            return ContainerJoiner(fmt, inp.max_line_bytes)
+        return ContainerJoiner(fmt, inp.max_line_bytes, m.start, m.max_lines, m.timeout_s)
+
+    def _sniff(self, f: OpenFile, lines: list[Line]) -> ContainerJoiner | None:
+        """Format auto without multiline: a file whose batch begins or ends with a Docker or CRI
+        record is a container log from then on (a joiner of format auto: per line, plain lines
+        stay plain). Two lines looked at per batch, so plain files pay nothing per line."""
+        inp = self.cfg.inputs[f.input_idx]
+        if inp.format != "auto" or inp.multiline is not None or not lines:
+            return None
+        if not (is_container_record(lines[0][2]) or is_container_record(lines[-1][2])):
+            return None
+        j = self._joiner(f.input_idx)
+        f.holder = j
+        return j
 
     def make(self, path: str, idx: int, fd: int, st: object, cp: Checkpoint, *, start: int | None = None,
              gz: GzipReader | None = None, size_hint: int | None = None, role: str = "live") -> OpenFile:
         inp = self.cfg.inputs[idx]
-        h = Harvester(path, fd, st, cp, inp.max_line_bytes, self.clock.monotonic(),  # type: ignore[arg-type]
+        cap = physical_max_line_bytes(inp.format, inp.max_line_bytes) if inp.format in ("docker", "cri") \
+            else inp.max_line_bytes
+        h = Harvester(path, fd, st, cp, cap, self.clock.monotonic(),  # type: ignore[arg-type]
                       start_offset=start, gz=gz, size_hint=size_hint)
         return OpenFile(h, idx, self.holder(idx), "copy" if role == "copy" else "live")
 
@@ -90,24 +129,39 @@ class FileReader:
                 break
         return Progress(progressed, backlog)
 
-    def take(self, f: OpenFile, lines: list[Line], now_wall: float, now_mono: float, *, grouped: bool = False) -> None:
-        """Parse lines of one file into the draft and move its checkpoint (`grouped`: already events)."""
+    def take(self, f: OpenFile, lines: list[Line], now_wall: float, now_mono: float, *, grouped: bool = False,
+             records: list[ContainerEvent] | None = None) -> None:
+        """Parse lines of one file into the draft and move its checkpoint (`grouped`: already
+        events; `records`: joined container records, built after `lines`)."""
         cp = f.checkpoint
-        if f.holder is not None and not grouped:
-            evs: list[Line] = []
-            for ln in lines:
-                evs.extend(f.holder.feed(ln, now_mono))
-            lines = evs
+        nread = len(lines)
+        holder = f.holder
+        if not grouped:
+            if holder is None and lines and self.cfg.inputs[f.input_idx].format == "auto":
+                holder = self._sniff(f, lines)
+            if isinstance(holder, ContainerJoiner):
+                records = holder.feed_lines(lines, now_mono)
+                if records is not None:
+                    lines = []          # None: no record among them, built as plain lines
+            elif isinstance(holder, MultilineAggregator):
+                evs: list[Line] = []
+                for ln in lines:
+                    evs.extend(holder.feed(ln, now_mono))
+                lines = evs
         draft = self.writer.draft
         if draft.empty():
             draft.started = now_mono
-        if lines:
+        if lines or records:
             n0 = len(draft.parts)
-            draft.nbytes += self.builders[f.input_idx].build(cp.incarnation, cp.path, lines, now_wall, draft.parts)
+            builder = self.builders[f.input_idx]
+            if lines:
+                draft.nbytes += builder.build(cp.incarnation, cp.path, lines, now_wall, draft.parts)
+            if records:
+                draft.nbytes += builder.build_container(cp.incarnation, cp.path, records, now_wall, draft.parts)
             draft.events += len(draft.parts) - n0
-            self.read_total += len(lines)
-            if not grouped:
-                self.events.lines_read(cp.path, len(lines), 0)
+            self.read_total += len(lines) + len(records or ())
+        if nread and not grouped:
+            self.events.lines_read(cp.path, nread, 0)
         new_off = f.committed_offset()
         if new_off != cp.offset or cp.incarnation not in draft.checkpoints or grouped:
             draft.cover(cp.incarnation, cp.offset, new_off)
@@ -130,9 +184,14 @@ class FileReader:
             agg = f.holder
             if agg is None or agg.next_deadline is None or agg.next_deadline > now_mono:
                 continue
-            evs = agg.flush_due(now_mono)
-            if evs:
-                self.take(f, evs, self.clock.time(), now_mono, grouped=True)
+            if isinstance(agg, ContainerJoiner):
+                recs = agg.flush_due(now_mono)
+                if recs:
+                    self.take(f, [], self.clock.time(), now_mono, grouped=True, records=recs)
+            elif isinstance(agg, MultilineAggregator):
+                evs = agg.flush_due(now_mono)
+                if evs:
+                    self.take(f, evs, self.clock.time(), now_mono, grouped=True)
 
     def next_deadline(self) -> float | None:
         out: float | None = None
@@ -182,7 +241,10 @@ class FileReader:
             if h.state == "deleted":
                 if idle_s >= DELETED_GRACE_S:
                     self.finish(key, f, "deleted")
-            elif idle_s >= self.cfg.inputs[f.input_idx].close_inactive_s and not f.holds_lines():
+            elif idle_s >= self.cfg.inputs[f.input_idx].close_inactive_s and (
+                    not f.holds_lines() or isinstance(f.holder, ContainerJoiner)):
+                # a partial container record may wait closed: the checkpoint is at its first
+                # piece, so reopened (it grew) the file is read from there and the record joined
                 self.park(key, f, "inactive")
 
     async def on_truncated(self, key: Key, f: OpenFile) -> None:
@@ -220,9 +282,7 @@ class FileReader:
             self.catalog.index(old)
         else:
             # no copy: what we hold is all there is of the old incarnation
-            tail = self.final_events(f)
-            if tail:
-                self.take(f, tail, self.clock.time(), self.clock.monotonic(), grouped=True)
+            self.take_final(f)
             lost = max(0, h.size - h.position)
             if lost:
                 self.events.bytes_lost(h.path, h.inode, lost, "truncated before it was read, and no rotated copy found")
@@ -254,25 +314,38 @@ class FileReader:
         else:
             self.catalog.index(cp)
 
-    def final_events(self, f: OpenFile) -> list[Line]:
+    def final_events(self, f: OpenFile) -> tuple[list[Line], list[ContainerEvent]]:
         """The file will not grow again: its last line without newline, and the multiline event
-        held for it, complete now."""
+        (or the partial container records) held for it, complete now."""
         tail = f.harvester.flush_partial()
-        if f.holder is None:
-            return tail
+        holder = f.holder
+        now = self.clock.monotonic()
+        if isinstance(holder, ContainerJoiner):
+            recs: list[ContainerEvent] = []
+            for ln in tail:
+                recs.extend(holder.feed(ln, now))
+            recs.extend(holder.flush())
+            return [], recs
+        if not isinstance(holder, MultilineAggregator):
+            return tail, []
         evs: list[Line] = []
         for ln in tail:
-            evs.extend(f.holder.feed(ln, self.clock.monotonic()))
-        evs.extend(f.holder.flush())
-        return evs
+            evs.extend(holder.feed(ln, now))
+        evs.extend(holder.flush())
+        return evs, []
+
+    def take_final(self, f: OpenFile) -> bool:
+        """`final_events` into the draft; False when there were none."""
+        tail, recs = self.final_events(f)
+        if not tail and not recs:
+            return False
+        self.take(f, tail, self.clock.time(), self.clock.monotonic(), grouped=True, records=recs)
+        return True
 
     def finish(self, key: Key, f: OpenFile, reason: str) -> None:
         """The file will not grow again: its last partial line and held multiline event count."""
         h = f.harvester
-        tail = self.final_events(f)
-        if tail:
-            self.take(f, tail, self.clock.time(), self.clock.monotonic(), grouped=True)
-        else:
+        if not self.take_final(f):
             f.checkpoint.offset = f.committed_offset()
         cp = f.checkpoint
         self._copy_failures.pop(cp.incarnation, None)

@@ -22,7 +22,7 @@ from shipper.model import Checkpoint, Draft, FileStatus
 from shipper.sources.base import Drafts, Progress, Room, lowest_unshipped
 from shipper.sources.file_opening import FileOpener
 from shipper.sources.file_reading import FileReader
-from shipper.tail import discovery, look
+from shipper.tail import discovery, identity, look
 from shipper.tail.catalog import Catalog
 from shipper.tail.files import Candidate, FileSet, Key
 from shipper.tail.recovery import Recovery
@@ -56,6 +56,7 @@ class FileSource:
         self._clean_every = min(300.0, max(0.5, cfg.clean_removed_after_s / 2))
         self._next_clean = clock.monotonic() + self._clean_every
         self._watcher: discovery.Watcher | None = None
+        self._link_roots: dict[str, str] = {}    # the last rescan's symlinks (Catalog.note_links)
 
     exhausted = False
 
@@ -177,9 +178,13 @@ class FileSource:
 
     def _scan_thread(self) -> list[tuple[str, int, os.stat_result]]:
         entries = discovery.scan_stat(self.cfg.inputs)
+        # symlinks: rotated copies lie beside their targets; their directories are watched
+        links = discovery.resolve_links(path for path, _i, _st in entries)
+        self._link_roots = {identity.rotation_root(lt.target): lt.path for lt in links.values()}
         if self._watcher is not None:
             try:
-                self._watcher.watch(self.cfg.inputs)     # base directories that appeared since
+                # base directories that appeared since, and the directories of symlinks' targets
+                self._watcher.watch(self.cfg.inputs, links)
             except Exception as e:  # watching is an optimisation; the rescan is the truth
                 log.debug("file watching not extended", extra={"error": str(e)})
         return entries
@@ -192,6 +197,8 @@ class FileSource:
         t0 = time.monotonic()
         entries = await asyncio.to_thread(self._scan_thread)
         self._scan_cost_s = time.monotonic() - t0
+        if self._link_roots:
+            self.catalog.note_links(self._link_roots)
         # open files first: a truncation noticed now gives the new content its incarnation (and
         # fingerprint) before any sibling is judged by content
         await self.check(self.clock.monotonic())

@@ -26,6 +26,7 @@ class Catalog:
         self._by_path: dict[str, set[str]] = {}
         self._by_root: dict[str, set[str]] = {}     # rotation root (app.log for app.log.2.gz) -> incarnations
         self.known_paths: set[str] = set()          # paths known at start (start_at: end skips only new ones)
+        self._link_roots: dict[str, str] = {}       # a symlink target's rotation root -> the link's path
         for cp in checkpoints:
             self.index(dataclasses.replace(cp))
             self.known_paths.add(cp.path)
@@ -96,12 +97,23 @@ class Catalog:
                 best = (rank, cp)
         return None if best is None else best[1]
 
+    def note_links(self, roots: dict[str, str]) -> None:
+        """Symbolic links the globs matched: {rotation root of the target: the link's path}. A
+        target rotates beside itself (kubelet: `pods/.../0.log.<time>.gz`), while its incarnations
+        are known by the link's path: copies there are copies of them (`copy_of`). Kept across
+        rescans (a deleted pod's link is gone before its copies are), bounded."""
+        if len(self._link_roots) > 4 * len(roots) + 1024:
+            self._link_roots = {}
+        self._link_roots.update(roots)
+
     def copy_of(self, path: str, head: bytes, key: Key) -> Checkpoint | None:
         """The known incarnation that this file is a rotated copy of (plain or compressed): its name
-        is a rotation of that incarnation's name and it starts with the fingerprinted bytes."""
+        is a rotation of that incarnation's name (or of a symlink's target, `note_links`) and it
+        starts with the fingerprinted bytes."""
         root = identity.rotation_root(path)
         if root == path:
             return None
+        root = self._link_roots.get(root, root)
         best: tuple[tuple[int, bool, float], Checkpoint] | None = None
         for inc in self._by_root.get(root, ()):
             cp = self._cps[inc]

@@ -2,6 +2,11 @@
 
 inotify (read on the event loop; watchdog where it is not available) can drop events silently, so
 a wake-up only shortens the wait before the next look. Never reads file contents.
+
+Symbolic links (Kubernetes' /var/log/containers/*.log point into /var/log/pods): a file is the
+target's (dev, inode) and keeps the matched path; the directories of the targets are watched like
+the globs' (`resolve_links`, `Watcher.watch(inputs, links)`), since the runtime recreates its file
+there at each rotation and no event comes from the link's own directory.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import struct
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from shipper.config import InputConfig
@@ -93,6 +99,89 @@ def watch_targets(inputs: Sequence[InputConfig]) -> list[tuple[str, bool]]:
     return out
 
 
+MAX_LINK_HOPS = 40     # as the kernel's own limit on nested symlinks (ELOOP)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkTarget:
+    """A matched path that is a symbolic link, resolved: the file it leads to and the directories
+    to watch for it (the final target's, where its writer recreates it after a rotation, and each
+    intermediate link's, where a link may be replaced)."""
+
+    path: str                  # the matched path: log.file.path, the link
+    target: str                # the file at the end of the chain (realpath)
+    dirs: tuple[str, ...]
+
+
+def resolve_link(path: str) -> LinkTarget | None:
+    """The chain of links from `path` to a file; None when `path` is no link, or the chain
+    dangles or loops (the rescan, which stats through it, will not see a file there either)."""
+    hops: list[str] = []
+    cur = path
+    for _ in range(MAX_LINK_HOPS):
+        try:
+            dest = os.readlink(cur)
+        except OSError as e:
+            if e.errno == errno.EINVAL and hops:
+                break                          # not a link: the end of the chain
+            return None                        # `path` is no link, or a hop vanished meanwhile
+        cur = os.path.join(os.path.dirname(cur), dest)
+        hops.append(cur)
+    else:
+        return None
+    try:
+        target = os.path.realpath(path, strict=True)
+    except (OSError, RuntimeError):
+        return None
+    dirs = [os.path.dirname(target)]
+    for hop in hops[:-1]:
+        d = os.path.dirname(os.path.normpath(hop))
+        if d not in dirs:
+            dirs.append(d)
+    return LinkTarget(path, target, tuple(dirs))
+
+
+def resolve_links(paths: Iterable[str]) -> dict[str, LinkTarget]:
+    """The matched paths that are symbolic links, resolved (one lstat per path, readlinks for links)."""
+    out: dict[str, LinkTarget] = {}
+    for p in paths:
+        if os.path.islink(p):
+            lt = resolve_link(p)
+            if lt is not None:
+                out[p] = lt
+    return out
+
+
+def link_watch_targets(links: Iterable[LinkTarget]) -> list[tuple[str, bool]]:
+    """(directory, recursive=False) to watch for these links' targets, each once; never /."""
+    out: list[tuple[str, bool]] = []
+    seen: set[str] = set()
+    for lt in links:
+        for d in lt.dirs:
+            if d != os.sep and d not in seen:
+                seen.add(d)
+                out.append((d, False))
+    return out
+
+
+def _links_by_target(links: Mapping[str, LinkTarget]) -> dict[str, tuple[str, ...]]:
+    """target path -> the matched paths leading to it: a write inotify reports on the target
+    is reported on the paths the reader knows the file by."""
+    by: dict[str, list[str]] = {}
+    for lt in links.values():
+        by.setdefault(lt.target, []).append(lt.path)
+    return {t: tuple(ps) for t, ps in by.items()}
+
+
+def _translate(modified: set[str], link_of: Mapping[str, tuple[str, ...]]) -> set[str]:
+    if not link_of:
+        return modified
+    out = set(modified)
+    for p in modified:
+        out.update(link_of.get(p, ()))
+    return out
+
+
 class Watcher:
     """inotify on the event loop: an fs event sets `wake`, and notes what the reader should look at:
     `scan_wanted` (something was created or moved in: rescan the globs) or the path of a modified
@@ -125,6 +214,7 @@ class Watcher:
         self._watched: set[str] = set()     # "dir|recursive" keys asked for by watch()
         self._dirs: dict[int, tuple[str, bool]] = {}   # watch descriptor -> (directory, recursive)
         self._modified: set[str] = set()
+        self._link_of: dict[str, tuple[str, ...]] = {}   # symlink target -> matched paths
         self.scan_wanted = False
         self._paused = False
         loop.add_reader(self._fd, self._on_readable)
@@ -197,10 +287,12 @@ class Watcher:
         self._wake.set()
 
     def take_modified(self) -> set[str]:
-        """The paths modified since the last call (and forget them)."""
+        """The paths modified since the last call (and forget them); a symlink target's path
+        comes with the matched paths that lead to it."""
         with self._lock:
             out, self._modified = self._modified, set()
-        return out
+            link_of = self._link_of
+        return _translate(out, link_of)
 
     def pause(self) -> None:
         """Stop reading inotify for a while (on the loop's thread): events wait in the kernel, where
@@ -214,12 +306,19 @@ class Watcher:
             self._loop.add_reader(self._fd, self._on_readable)
         self._paused = False
 
-    def watch(self, inputs: Sequence[InputConfig]) -> None:
-        """Watch the existing base directories of every glob (idempotent: call it after each
-        rescan, so a base directory that appears later gets its own watch). Any thread."""
+    def watch(self, inputs: Sequence[InputConfig], links: Mapping[str, LinkTarget] | None = None) -> None:
+        """Watch the existing base directories of every glob, and the directories of the targets
+        of `links` (`resolve_links` of the paths the rescan matched; each call replaces the last
+        set). Idempotent: call it after each rescan, so a directory that appears later gets its
+        own watch. A watched directory that is removed (a deleted pod's) drops its watch. Any thread."""
         if self._fd < 0:
             return
-        for d, deep in watch_targets(inputs):
+        extra: list[tuple[str, bool]] = []
+        if links is not None:
+            extra = link_watch_targets(links.values())
+            with self._lock:
+                self._link_of = _links_by_target(links)
+        for d, deep in watch_targets(inputs) + extra:
             key = f"{d}|{deep}"
             with self._lock:
                 if key in self._watched:
@@ -314,6 +413,7 @@ class WatchdogWatcher:
         self._watched: set[str] = set()
         self._lock = threading.Lock()
         self._modified: set[str] = set()
+        self._link_of: dict[str, tuple[str, ...]] = {}
         self.scan_wanted = False
 
     def _poke(self) -> None:
@@ -339,10 +439,11 @@ class WatchdogWatcher:
                 pass  # loop closed during shutdown
 
     def take_modified(self) -> set[str]:
-        """The paths modified since the last call (and forget them)."""
+        """The paths modified since the last call (and forget them), as `Watcher.take_modified`."""
         with self._lock:
             out, self._modified = self._modified, set()
-        return out
+            link_of = self._link_of
+        return _translate(out, link_of)
 
     def pause(self) -> None:
         """Nothing to stop: watchdog's threads keep queueing events (the reader ignores wake-ups meanwhile)."""
@@ -350,9 +451,9 @@ class WatchdogWatcher:
     def resume(self) -> None:
         """See `pause`."""
 
-    def watch(self, inputs: Sequence[InputConfig]) -> None:
-        """Schedule watches on the existing base directories of every glob (idempotent: call it
-        after each rescan, so a base directory that appears later gets its own watch)."""
+    def watch(self, inputs: Sequence[InputConfig], links: Mapping[str, LinkTarget] | None = None) -> None:
+        """Schedule watches on the existing base directories of every glob and on the directories
+        of the targets of `links`, as `Watcher.watch` (idempotent: call it after each rescan)."""
         # watchdog's inotify thread warns when a directory created under a recursive watch is
         # registered twice (a benign race it resolves itself); as an error it would kill that thread
         warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
@@ -377,7 +478,12 @@ class WatchdogWatcher:
             self._observer = Observer()
             self._observer.daemon = True
             self._observer.start()
-        for d, deep in watch_targets(inputs):
+        extra: list[tuple[str, bool]] = []
+        if links is not None:
+            extra = link_watch_targets(links.values())
+            with self._lock:
+                self._link_of = _links_by_target(links)
+        for d, deep in watch_targets(inputs) + extra:
             key = f"{d}|{deep}"
             if key in self._watched:
                 continue

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from shipper.events import Events
-from shipper.model import Checkpoint, Line
+from shipper.model import Checkpoint
 from shipper.tail.harvester import Harvester
 
 Key = tuple[int, int]                 # (dev, inode)
@@ -23,22 +23,20 @@ Why = Literal["glob", "renamed", "copy", "gz", "successor"]
 
 
 class Holder(Protocol):
-    """What holds lines back from a checkpoint (the multiline aggregator): never checkpoint past it."""
+    """What holds lines back from a checkpoint (the multiline aggregator, the container joiner):
+    never checkpoint past it. Feeding it is `sources/file_reading.py`'s business."""
 
     @property
     def pending_start(self) -> int | None: ...
     @property
     def next_deadline(self) -> float | None: ...
-    def feed(self, line: Line, now: float) -> list[Line]: ...
-    def flush_due(self, now: float) -> list[Line]: ...
-    def flush(self) -> list[Line]: ...
 
 
 @dataclass(slots=True)
 class OpenFile:
     harvester: Harvester
     input_idx: int
-    holder: Holder | None = None     # a MultilineAggregator when the input has multiline
+    holder: Holder | None = None     # a MultilineAggregator (multiline) or a ContainerJoiner (docker/cri)
     role: Role = "live"
     line_bytes: float = 0.0          # mean line length of the last read (sizes reads to the draft's room)
 

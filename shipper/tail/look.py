@@ -134,7 +134,11 @@ class Surroundings:
         self._looked: dict[str, identity.Sibling | None] = {}
 
     def rotated(self, path: str) -> list[str]:
-        """The rotated siblings' paths of `path` (app.log.1, app.log-20260101.gz, ...)."""
+        """The rotated siblings' paths of `path` (app.log.1, app.log-20260101.gz, ...). For a
+        symbolic link, those of its target, where its writer rotates it (kubelet: `0.log` ->
+        `0.log.<timestamp>`), even while the link dangles between the rename and the reopen."""
+        if os.path.islink(path):
+            path = os.path.realpath(path)
         d = os.path.dirname(path)
         names = self._listings.get(d)
         if names is None:

@@ -455,3 +455,9 @@ def test_a_journald_input() -> None:
 def test_journald_errors_name_the_key(text: str, key: str, words: str) -> None:
     e = error(text)
     assert e.key == key and words in e.message
+
+
+@pytest.mark.parametrize("fmt", ["docker", "cri"])
+def test_container_formats(fmt: str) -> None:
+    cfg = load(f"state_dir: /tmp/s\ninputs:\n  - paths: ['/var/log/containers/*.log']\n    format: {fmt}\n")
+    assert cfg.inputs[0].format == fmt
