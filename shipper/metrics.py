@@ -1,6 +1,9 @@
-"""Telemetry: counters, gauges and histograms with their Prometheus text rendering (pure), and the
-/metrics, /health and /status HTTP server. `TelemetryEvents` turns pipeline occurrences into log
-lines and metric updates; `monitor.py` watches a running pipeline. Pure modules never import this one.
+"""Telemetry: the metric families (FAMILIES, one line each), their counters, gauges and histograms
+as plain dicts updated on the event loop, rendered at scrape time by prometheus_client (text 0.0.4
+or OpenMetrics, negotiated on Accept; process_* from its ProcessCollector; a private registry per
+`Metrics`), and the /metrics, /health and /status HTTP server. `TelemetryEvents` turns pipeline
+occurrences into log lines and metric updates; `monitor.py` watches a running pipeline. Pure
+modules never import this one.
 """
 
 from __future__ import annotations
