@@ -185,6 +185,29 @@ def test_the_link_checker_sees_a_broken_link_and_a_broken_anchor(tmp_path: Path)
     assert links(tmp_path / "a.md") == ["b.md", "#nope", "#files-paths-globs"]
 
 
+# ---------------------------------------------------------------- troubleshooting
+
+def log_phrases() -> set[str]:
+    """The fixed phrases of shipper's own log lines at info and above (the first literal of each
+    call: a phrase continued on the next line is matched by its start)."""
+    phrases: set[str] = set()
+    for f in (REPO / "shipper").rglob("*.py"):
+        src = f.read_text()
+        for m in re.finditer(r'(?:log\.(?:info|warning|error|critical|exception)|events\.info)\(\s*"([^"]+)"', src):
+            phrases.add(m.group(1).strip())
+    from shipper.ship.sender import _EPISODE_PHRASES
+    phrases.update(_EPISODE_PHRASES.values())
+    return phrases
+
+
+def test_troubleshooting_names_every_log_phrase() -> None:
+    page = (DOCS / "troubleshooting.md").read_text()
+    phrases = log_phrases()
+    assert len(phrases) > 40 and "output host unreachable, retrying with backoff" in phrases
+    missing = sorted(p for p in phrases if p not in page)
+    assert not missing, f"log phrases docs/troubleshooting.md does not explain: {missing}"
+
+
 # ---------------------------------------------------------------- the README
 
 def test_readme_is_short_and_keeps_its_two_first_commands() -> None:
