@@ -1,4 +1,4 @@
-"""Telemetry: the metric families (FAMILIES, one line each), their counters, gauges and histograms
+"""Telemetry: the metric families (HELP, one line each), their counters, gauges and histograms
 as plain dicts updated on the event loop, rendered at scrape time by prometheus_client (text 0.0.4
 or OpenMetrics, negotiated on Accept; process_* from its ProcessCollector; a private registry per
 `Metrics`), and the /metrics, /health and /status HTTP server. `TelemetryEvents` turns pipeline
@@ -45,37 +45,55 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 DOCS_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000)
 BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
 
-# Every family shipper exposes, one line each (SPEC.md's names). A new gauge is one line here and a
-# `metrics.set(name, value)` where the value is known.
-FAMILIES: dict[str, Family] = {
-    "shipper_events_read_total": Family("counter", "Events read from files, stdin or the journal.", 0),
-    "shipper_events_shipped_total": Family("counter", "Events acknowledged by Elasticsearch (409 duplicates included).", 0),
-    "shipper_events_dead_letter_total": Family("counter", "Events rejected for good and kept in the dead-letter queue.", 0),
-    "shipper_bulk_requests_total": Family("counter", "Bulk requests by HTTP status, or error when no answer came."),
-    "shipper_bulk_items_total": Family("counter", "Items inside bulk answers, by status."),
-    "shipper_retries_total": Family("counter", "Bulk attempts that had to be retried.", 0),
-    "shipper_queue_events": Family("gauge", "Events in the on-disk queue, not yet acknowledged.", 0),
-    "shipper_queue_bytes": Family("gauge", "Bytes the queue holds on disk.", 0),
-    "shipper_file_lag_bytes": Family("gauge", "Bytes of a file not yet acknowledged by the output (size minus shipped offset)."),
-    "shipper_output_up": Family("gauge", "1 when the last bulk request succeeded.", 1),
-    "shipper_output_down_seconds": Family("gauge", "Seconds the output has been down in the current episode (0 when up).", 0),
-    "shipper_bytes_at_risk": Family("gauge", "Unread bytes in rotated or deleted files still held open.", 0),
-    "shipper_dead_letter_events": Family("gauge", "Events currently held in the dead-letter queue.", 0),
-    "shipper_files_open": Family("gauge", "Files currently being tailed.", 0),
-    "shipper_backlog_eta_seconds": Family("gauge", "Estimated seconds to ship the current file lag at the recent rate (-1: unknown).", -1),
-    "shipper_start_time_seconds": Family("gauge", "Unix time the process started."),
-    "shipper_build_info": Family("gauge", "Always 1; the version label is the running shipper's version."),
-    "shipper_journal_lag_entries": Family("gauge", "Journal entries of a journald input not yet acknowledged (sequence numbers behind the newest matching entry; -1: unknown)."),
-    "shipper_journal_lag_seconds": Family("gauge", "Seconds of journal time between the newest matching entry and the last acknowledged one (-1: unknown)."),
-    "shipper_journal_gaps_total": Family("counter", "Gaps in a journald input: entries the journal vacuumed before they were read, or a stored cursor it no longer knows."),
-    "shipper_journal_entries_lost_total": Family("counter", "Journal entries vacuumed before they were read (from sequence-number distances)."),
-    "shipper_journal_reader_restarts_total": Family("counter", "Times a journald input's journalctl child ended and was started again."),
-    "shipper_journal_entries_skipped_total": Family("counter", "Journal entries skipped: not JSON, no cursor, or over the size limit."),
-    "shipper_bulk_latency_seconds": Family("histogram", "Bulk request latency, answered requests only.", buckets=LATENCY_BUCKETS),
-    "shipper_bulk_docs": Family("histogram", "Documents per bulk request.", buckets=DOCS_BUCKETS),
-    "shipper_bulk_request_bytes": Family("histogram", "Bytes per bulk request body, as sent (compressed when gzip is on).", buckets=BYTES_BUCKETS),
+# Every family shipper exposes (SPEC.md's names), one line each: name -> (kind, help). A new gauge
+# is one line here and a `metrics.set(name, value)` where the value is known; it has no sample
+# until then, unless INITIAL gives it a value to show from the start.
+HELP = {
+    "shipper_events_read_total": ("counter", "Events read from files, stdin or the journal."),
+    "shipper_events_shipped_total": ("counter", "Events acknowledged by Elasticsearch (409 duplicates included)."),
+    "shipper_events_dead_letter_total": ("counter", "Events rejected for good and kept in the dead-letter queue."),
+    "shipper_bulk_requests_total": ("counter", "Bulk requests by HTTP status, or error when no answer came."),
+    "shipper_bulk_items_total": ("counter", "Items inside bulk answers, by status."),
+    "shipper_retries_total": ("counter", "Bulk attempts that had to be retried."),
+    "shipper_queue_events": ("gauge", "Events in the on-disk queue, not yet acknowledged."),
+    "shipper_queue_bytes": ("gauge", "Bytes the queue holds on disk."),
+    "shipper_file_lag_bytes": ("gauge", "Bytes of a file not yet acknowledged by the output (size minus shipped offset)."),
+    "shipper_output_up": ("gauge", "1 when the last bulk request succeeded."),
+    "shipper_output_down_seconds": ("gauge", "Seconds the output has been down in the current episode (0 when up)."),
+    "shipper_bytes_at_risk": ("gauge", "Unread bytes in rotated or deleted files still held open."),
+    "shipper_dead_letter_events": ("gauge", "Events currently held in the dead-letter queue."),
+    "shipper_files_open": ("gauge", "Files currently being tailed."),
+    "shipper_backlog_eta_seconds": ("gauge", "Estimated seconds to ship the current file lag at the recent rate (-1: unknown)."),
+    "shipper_start_time_seconds": ("gauge", "Unix time the process started."),
+    "shipper_build_info": ("gauge", "Always 1; the version label is the running shipper's version."),
+    "shipper_journal_lag_entries": ("gauge", "Journal entries of a journald input not yet acknowledged (sequence numbers behind the newest matching entry; -1: unknown)."),
+    "shipper_journal_lag_seconds": ("gauge", "Seconds of journal time between the newest matching entry and the last acknowledged one (-1: unknown)."),
+    "shipper_journal_gaps_total": ("counter", "Gaps in a journald input: entries the journal vacuumed before they were read, or a stored cursor it no longer knows."),
+    "shipper_journal_entries_lost_total": ("counter", "Journal entries vacuumed before they were read (from sequence-number distances)."),
+    "shipper_journal_reader_restarts_total": ("counter", "Times a journald input's journalctl child ended and was started again."),
+    "shipper_journal_entries_skipped_total": ("counter", "Journal entries skipped: not JSON, no cursor, or over the size limit."),
+    "shipper_bulk_latency_seconds": ("histogram", "Bulk request latency, answered requests only."),
+    "shipper_bulk_docs": ("histogram", "Documents per bulk request."),
+    "shipper_bulk_request_bytes": ("histogram", "Bytes per bulk request body, as sent (compressed when gzip is on)."),
 }
-HELP = {name: (f.kind, f.help) for name, f in FAMILIES.items()}     # name -> (kind, help)
+# unlabelled series shown from the start, with this value (labelled ones appear with their first update)
+INITIAL: dict[str, float] = {
+    "shipper_events_read_total": 0, "shipper_events_shipped_total": 0, "shipper_events_dead_letter_total": 0,
+    "shipper_retries_total": 0, "shipper_queue_events": 0, "shipper_queue_bytes": 0, "shipper_bytes_at_risk": 0,
+    "shipper_dead_letter_events": 0, "shipper_files_open": 0, "shipper_output_down_seconds": 0,
+    "shipper_output_up": 1, "shipper_backlog_eta_seconds": -1,
+}
+BUCKETS = {"shipper_bulk_latency_seconds": LATENCY_BUCKETS, "shipper_bulk_docs": DOCS_BUCKETS,
+           "shipper_bulk_request_bytes": BYTES_BUCKETS}
+
+
+def families_table() -> dict[str, Family]:
+    """HELP, INITIAL and BUCKETS as one Family per name (read at every `Metrics()` and scrape, so a
+    family added to HELP at run time, as a test does, is seen)."""
+    return {name: Family(kind, text, INITIAL.get(name), BUCKETS.get(name, ()))   # type: ignore[arg-type]
+            for name, (kind, text) in HELP.items()}
+
+
 JOURNAL_COUNTERS = ("shipper_journal_gaps_total", "shipper_journal_entries_lost_total",
                     "shipper_journal_reader_restarts_total", "shipper_journal_entries_skipped_total")
 
@@ -115,8 +133,9 @@ class Metrics:
     def __init__(self, process: bool = True) -> None:
         self.counters: dict[LabelKey, float] = {}
         self.gauges: dict[LabelKey, float] = {}
-        self.hist = {name: Histogram(f.buckets) for name, f in FAMILIES.items() if f.kind == "histogram"}
-        for name, f in FAMILIES.items():
+        fams = families_table()
+        self.hist = {name: Histogram(f.buckets) for name, f in fams.items() if f.kind == "histogram"}
+        for name, f in fams.items():
             if f.initial is not None:
                 (self.counters if f.kind == "counter" else self.gauges)[(name, ())] = f.initial
         self.gauges[("shipper_start_time_seconds", ())] = round(time.time(), 3)
@@ -159,8 +178,9 @@ def _le(bound: float) -> str:
 
 def families(counters: dict[Any, float], gauges: dict[Any, float], hist: dict[str, Histogram]) -> list[Metric]:
     """The samples as prometheus_client metric families (pure), sorted by name; every family of
-    FAMILIES is described even before its first sample. A name outside FAMILIES is `unknown`."""
-    rows: dict[str, list[tuple[str, dict[str, str], float]]] = {name: [] for name in FAMILIES}
+    HELP is described even before its first sample. A name outside HELP is `unknown`."""
+    fams = families_table()
+    rows: dict[str, list[tuple[str, dict[str, str], float]]] = {name: [] for name in fams}
     for store in (counters, gauges):
         for (name, labels), v in sorted(store.items()):
             rows.setdefault(name, []).append((name, dict(labels), v))
@@ -173,7 +193,7 @@ def families(counters: dict[Any, float], gauges: dict[Any, float], hist: dict[st
         out.append((name + "_sum", {}, h.sum))
     result: list[Metric] = []
     for name in sorted(rows):
-        f = FAMILIES.get(name)
+        f = fams.get(name)
         kind = f.kind if f else "unknown"
         # prometheus_client names a counter family without its _total (OpenMetrics); the samples keep it
         fam = Metric(name[:-6] if kind == "counter" and name.endswith("_total") else name, f.help if f else name, kind)

@@ -149,15 +149,16 @@ def test_process_metrics_and_build_info_and_a_private_registry_per_metrics() -> 
     assert not any(n.startswith("shipper_") for n in REGISTRY._names_to_collectors)   # never the global one
 
 
-def test_a_new_gauge_is_one_line_in_families(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_gauge_is_one_line_in_help(monkeypatch: pytest.MonkeyPatch) -> None:
     from shipper import metrics as metrics_mod
-    monkeypatch.setitem(metrics_mod.FAMILIES, "shipper_state_dir_full",
-                        metrics_mod.Family("gauge", "1 when the state dir is full.", 0))
+    monkeypatch.setitem(metrics_mod.HELP, "shipper_state_dir_full", ("gauge", "1 when the state dir is full."))
     m = Metrics()
-    assert parse_prometheus(m.render())["shipper_state_dir_full"] == 0
-    m.set("shipper_state_dir_full", 1)
     text = m.render()
-    assert "# TYPE shipper_state_dir_full gauge\nshipper_state_dir_full 1.0\n" in text
+    assert "# TYPE shipper_state_dir_full gauge\n" in text and "\nshipper_state_dir_full " not in text
+    m.set("shipper_state_dir_full", 1)
+    assert "# TYPE shipper_state_dir_full gauge\nshipper_state_dir_full 1.0\n" in m.render()
+    monkeypatch.setitem(metrics_mod.INITIAL, "shipper_state_dir_full", 0)      # shown from the start
+    assert parse_prometheus(Metrics().render())["shipper_state_dir_full"] == 0
 
 
 # ---------------------------------------------------------------- rates, ETA
