@@ -1,20 +1,53 @@
-"""Telemetry: counters, gauges and histograms with their Prometheus text rendering (pure), and the
-/metrics, /health and /status HTTP server. `TelemetryEvents` turns pipeline occurrences into log
-lines and metric updates; `monitor.py` watches a running pipeline. Pure modules never import this one.
+"""Telemetry: the metric families (HELP, one line each), their counters, gauges and histograms
+as plain dicts updated on the event loop, rendered at scrape time by prometheus_client (text 0.0.4
+or OpenMetrics, negotiated on Accept; process_* from its ProcessCollector; a private registry per
+`Metrics`), and the /metrics, /health and /status HTTP server. `TelemetryEvents` turns pipeline
+occurrences into log lines and metric updates; `monitor.py` watches a running pipeline. Pure
+modules never import this one.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any, Literal
 
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from shipper import __version__
 from shipper.events import Events
 from shipper.model import JournalGap
 
 log = logging.getLogger("shipper")
 
+Kind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family. `initial`: the value an unlabelled series shows from the start (None: the
+    family has no sample until its first update, as for labelled families)."""
+
+    kind: Kind
+    help: str
+    initial: float | None = None
+    buckets: tuple[float, ...] = ()
+
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+DOCS_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000)
+BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
+
+# Every family shipper exposes (SPEC.md's names), one line each: name -> (kind, help). A new gauge
+# is one line here and a `metrics.set(name, value)` where the value is known; it has no sample
+# until then, unless INITIAL gives it a value to show from the start.
 HELP = {
     "shipper_events_read_total": ("counter", "Events read from files, stdin or the journal."),
     "shipper_events_shipped_total": ("counter", "Events acknowledged by Elasticsearch (409 duplicates included)."),
@@ -32,6 +65,7 @@ HELP = {
     "shipper_files_open": ("gauge", "Files currently being tailed."),
     "shipper_backlog_eta_seconds": ("gauge", "Estimated seconds to ship the current file lag at the recent rate (-1: unknown)."),
     "shipper_start_time_seconds": ("gauge", "Unix time the process started."),
+    "shipper_build_info": ("gauge", "Always 1; the version label is the running shipper's version."),
     "shipper_journal_lag_entries": ("gauge", "Journal entries of a journald input not yet acknowledged (sequence numbers behind the newest matching entry; -1: unknown)."),
     "shipper_journal_lag_seconds": ("gauge", "Seconds of journal time between the newest matching entry and the last acknowledged one (-1: unknown)."),
     "shipper_journal_gaps_total": ("counter", "Gaps in a journald input: entries the journal vacuumed before they were read, or a stored cursor it no longer knows."),
@@ -42,106 +76,152 @@ HELP = {
     "shipper_bulk_docs": ("histogram", "Documents per bulk request."),
     "shipper_bulk_request_bytes": ("histogram", "Bytes per bulk request body, as sent (compressed when gzip is on)."),
 }
+# unlabelled series shown from the start, with this value (labelled ones appear with their first update)
+INITIAL: dict[str, float] = {
+    "shipper_events_read_total": 0, "shipper_events_shipped_total": 0, "shipper_events_dead_letter_total": 0,
+    "shipper_retries_total": 0, "shipper_queue_events": 0, "shipper_queue_bytes": 0, "shipper_bytes_at_risk": 0,
+    "shipper_dead_letter_events": 0, "shipper_files_open": 0, "shipper_output_down_seconds": 0,
+    "shipper_output_up": 1, "shipper_backlog_eta_seconds": -1,
+}
+BUCKETS = {"shipper_bulk_latency_seconds": LATENCY_BUCKETS, "shipper_bulk_docs": DOCS_BUCKETS,
+           "shipper_bulk_request_bytes": BYTES_BUCKETS}
+
+
+def families_table() -> dict[str, Family]:
+    """HELP, INITIAL and BUCKETS as one Family per name (read at every `Metrics()` and scrape, so a
+    family added to HELP at run time, as a test does, is seen)."""
+    return {name: Family(kind, text, INITIAL.get(name), BUCKETS.get(name, ()))   # type: ignore[arg-type]
+            for name, (kind, text) in HELP.items()}
+
+
 JOURNAL_COUNTERS = ("shipper_journal_gaps_total", "shipper_journal_entries_lost_total",
                     "shipper_journal_reader_restarts_total", "shipper_journal_entries_skipped_total")
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-DOCS_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2000, 5000)
-BYTES_BUCKETS = (1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216)
-
 
 
 class Histogram:
+    """Per-bucket counts (not cumulative: one increment per observation, found by bisection);
+    cumulated when a scrape renders them."""
+
     __slots__ = ("buckets", "counts", "sum", "count")
 
     def __init__(self, buckets: tuple[float, ...]) -> None:
         self.buckets = buckets
-        self.counts = [0] * len(buckets)   # cumulative: counts[i] is observations <= buckets[i]
+        self.counts = [0] * (len(buckets) + 1)     # the last one: above every bound (+Inf only)
         self.sum = 0.0
         self.count = 0
 
     def observe(self, v: float) -> None:
         self.sum += v
         self.count += 1
-        for i, b in enumerate(self.buckets):
-            if v <= b:
-                self.counts[i] += 1
+        self.counts[bisect_left(self.buckets, v)] += 1
+
+    def cumulative(self) -> list[int]:
+        """counts[i]: observations <= buckets[i] (the Prometheus `le` buckets, +Inf excluded)."""
+        return list(accumulate(self.counts[:-1]))
 
 
 LabelKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 class Metrics:
-    def __init__(self) -> None:
+    """The daemon's counters, gauges and histograms: plain dicts and lists on the hot path (an
+    update is a dict write, no lock: everything runs on the event loop), rendered by
+    prometheus_client at scrape time from a private registry that also holds its ProcessCollector
+    (process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...). Several
+    daemons in one process (the tests) each have their own."""
+
+    def __init__(self, process: bool = True) -> None:
         self.counters: dict[LabelKey, float] = {}
         self.gauges: dict[LabelKey, float] = {}
-        self.hist = {"shipper_bulk_latency_seconds": Histogram(LATENCY_BUCKETS),
-                     "shipper_bulk_docs": Histogram(DOCS_BUCKETS),
-                     "shipper_bulk_request_bytes": Histogram(BYTES_BUCKETS)}
-        for name, (kind, _) in HELP.items():
-            if kind == "counter" and name not in ("shipper_bulk_requests_total", "shipper_bulk_items_total") \
-                    and name not in JOURNAL_COUNTERS:        # those are per input: 0 once an input starts
-                self.counters[(name, ())] = 0
-        for name in ("shipper_queue_events", "shipper_queue_bytes", "shipper_bytes_at_risk",
-                     "shipper_dead_letter_events", "shipper_files_open", "shipper_output_down_seconds"):
-            self.gauges[(name, ())] = 0
-        self.gauges[("shipper_output_up", ())] = 1
-        self.gauges[("shipper_backlog_eta_seconds", ())] = -1
+        fams = families_table()
+        self.hist = {name: Histogram(f.buckets) for name, f in fams.items() if f.kind == "histogram"}
+        for name, f in fams.items():
+            if f.initial is not None:
+                (self.counters if f.kind == "counter" else self.gauges)[(name, ())] = f.initial
         self.gauges[("shipper_start_time_seconds", ())] = round(time.time(), 3)
+        self.gauges[("shipper_build_info", (("version", __version__),))] = 1
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+        if process:
+            ProcessCollector(registry=self.registry)
 
     def inc(self, name: str, value: float = 1, **labels: str) -> None:
-        key = (name, tuple(sorted(labels.items())))
+        key = (name, tuple(sorted(labels.items())) if labels else ())
         self.counters[key] = self.counters.get(key, 0) + value
 
     def set(self, name: str, value: float, **labels: str) -> None:
-        self.gauges[(name, tuple(sorted(labels.items())))] = value
+        self.gauges[(name, tuple(sorted(labels.items())) if labels else ())] = value
 
     def clear_gauge(self, name: str) -> None:
         for k in [k for k in self.gauges if k[0] == name]:
             del self.gauges[k]
 
     def get(self, name: str, **labels: str) -> float:
-        key = (name, tuple(sorted(labels.items())))
+        key = (name, tuple(sorted(labels.items())) if labels else ())
         return self.counters.get(key, self.gauges.get(key, 0))
 
+    def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
+        """(body, Content-Type) for a scrape: OpenMetrics when the Accept header asks for it, else
+        the Prometheus text format 0.0.4."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
     def render(self) -> str:
-        return render_prometheus(self.counters, self.gauges, self.hist)
+        """The Prometheus text format (0.0.4)."""
+        return generate_latest(self.registry).decode()
 
 
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _le(bound: float) -> str:
+    """A bucket bound as its exact value: 1048576 (not 1.04858e+06), 0.005."""
+    return str(int(bound)) if float(bound).is_integer() else repr(float(bound))
 
 
-def _labels(labels: tuple[tuple[str, str], ...], extra: str = "") -> str:
-    parts = [f'{k}="{_esc(str(v))}"' for k, v in labels]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
+def families(counters: dict[Any, float], gauges: dict[Any, float], hist: dict[str, Histogram]) -> list[Metric]:
+    """The samples as prometheus_client metric families (pure), sorted by name; every family of
+    HELP is described even before its first sample. A name outside HELP is `unknown`."""
+    fams = families_table()
+    rows: dict[str, list[tuple[str, dict[str, str], float]]] = {name: [] for name in fams}
+    for store in (counters, gauges):
+        for (name, labels), v in sorted(store.items()):
+            rows.setdefault(name, []).append((name, dict(labels), v))
+    for name, h in hist.items():
+        out = rows.setdefault(name, [])
+        for b, c in zip(h.buckets, h.cumulative(), strict=True):
+            out.append((name + "_bucket", {"le": _le(b)}, c))
+        out.append((name + "_bucket", {"le": "+Inf"}, h.count))
+        out.append((name + "_count", {}, h.count))
+        out.append((name + "_sum", {}, h.sum))
+    result: list[Metric] = []
+    for name in sorted(rows):
+        f = fams.get(name)
+        kind = f.kind if f else "unknown"
+        # prometheus_client names a counter family without its _total (OpenMetrics); the samples keep it
+        fam = Metric(name[:-6] if kind == "counter" and name.endswith("_total") else name, f.help if f else name, kind)
+        for sample_name, labels, v in rows[name]:
+            fam.add_sample(sample_name, labels, v)
+        result.append(fam)
+    return result
 
 
-def _num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else repr(float(v))
+class _Collector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self.m = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return families(self.m.counters, self.m.gauges, self.m.hist)
+
+
+class _Families(Collector):
+    def __init__(self, fams: list[Metric]) -> None:
+        self.fams = fams
+
+    def collect(self) -> Iterable[Metric]:
+        return self.fams
 
 
 def render_prometheus(counters: dict[Any, float], gauges: dict[Any, float], hist: dict[str, Histogram]) -> str:
-    """Prometheus text exposition format 0.0.4, with HELP and TYPE for every family."""
-    fam: dict[str, list[str]] = {}
-    for store in (counters, gauges):
-        for (name, labels), v in sorted(store.items()):
-            fam.setdefault(name, []).append(f"{name}{_labels(labels)} {_num(v)}")
-    for name, h in hist.items():
-        rows = fam.setdefault(name, [])
-        for b, c in zip(h.buckets, h.counts, strict=True):
-            rows.append(f'{name}_bucket{{le="{b:g}"}} {c}')
-        rows.append(f'{name}_bucket{{le="+Inf"}} {h.count}')
-        rows.append(f"{name}_sum {_num(h.sum)}")
-        rows.append(f"{name}_count {h.count}")
-    out: list[str] = []
-    for name in sorted(set(fam) | {n for n in HELP}):
-        kind, text = HELP.get(name, ("untyped", name))
-        out.append(f"# HELP {name} {text}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(fam.get(name, []))
-    return "\n".join(out) + "\n"
+    """Prometheus text exposition format 0.0.4 of these samples (no process metrics), by prometheus_client."""
+    return generate_latest(_Families(families(counters, gauges, hist))).decode()
 
 
 # ================================================================ rates and ETAs (pure: time passed in)
@@ -277,7 +357,7 @@ class TelemetryEvents(Events):
 
 # ================================================================ HTTP
 
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"    # without an OpenMetrics Accept header
 
 
 async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tuple[bool, str]],
@@ -287,9 +367,9 @@ async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tupl
     import orjson
     from aiohttp import web
 
-    async def metrics_handler(_req: web.Request) -> web.Response:
-        return web.Response(body=metrics.render().encode(),
-                            headers={"Content-Type": PROMETHEUS_CONTENT_TYPE, "X-Content-Type-Options": "nosniff"})
+    async def metrics_handler(req: web.Request) -> web.Response:
+        body, content_type = metrics.exposition(req.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type, "X-Content-Type-Options": "nosniff"})
 
     async def health_handler(_req: web.Request) -> web.Response:
         ok, reason = health()

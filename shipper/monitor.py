@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from shipper import __version__
 from shipper.logs import redact
 from shipper.metrics import Metrics, TelemetryEvents
 from shipper.model import PipelineStatus
@@ -179,7 +180,7 @@ class Monitor:
         down = self.down_for_s(p, now)
         wall_down = self.events.output_down_since_wall if down is not None else None
         return {
-            "daemon": "running", "running": True, "mode": self.mode, "pid": os.getpid(),
+            "daemon": "running", "running": True, "mode": self.mode, "pid": os.getpid(), "version": __version__,
             "updated": time.time(), "started": self.started,
             "files": files,
             "journald": [j.to_dict() for j in p.journald] if p else [],

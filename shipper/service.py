@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from shipper import native, sdnotify, settings
+from shipper import __version__, native, sdnotify, settings
 from shipper.clock import Clock, SystemClock
 from shipper.config import Config, InputConfig
 from shipper.errors import ConfigError, ShipperError
@@ -166,7 +166,7 @@ class Service:
         await self.pipeline.start()
         self._ready = True
         snap = self.pipeline.snapshot()
-        self.events.info("pipeline ready", inputs=len(self.cfg.inputs), queue_events=snap.queue_events,
+        self.events.info("pipeline ready", version=__version__, inputs=len(self.cfg.inputs), queue_events=snap.queue_events,
                          hosts=list(snap.hosts), c_fast_paths=native.splice is not None)
         if native.splice is None:
             log.warning("running without the C fast paths: the same documents at about twice the CPU; "

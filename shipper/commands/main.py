@@ -10,7 +10,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from shipper import settings
+from shipper import __version__, settings
 from shipper.config import DEFAULT_CONFIG_PATH, Config
 from shipper.errors import ConfigError, ShipperError
 
@@ -24,6 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="shipper", description="Ship log files to Elasticsearch: no line lost, none indexed twice.")
+    p.add_argument("--version", action="version", version=f"shipper {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shipper import settings
+from shipper import __version__, settings
 from shipper.clock import SystemClock
 from shipper.config import Config, InputConfig, MetricsConfig, parse_duration
 from shipper.errors import ConfigError
@@ -152,7 +152,7 @@ class PipeRun:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal)
             queued_before = p.snapshot().queue_events
-            log.info("pipe started", extra={"state_dir": cfg.state_dir, "incarnation": src.incarnation,
+            log.info("pipe started", extra={"version": __version__, "state_dir": cfg.state_dir, "incarnation": src.incarnation,
                                             "queued_before": queued_before, "stdin_bytes": src.size})
             await p.start()
             await self._ticks_until(lambda s: src.exhausted)

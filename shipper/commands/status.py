@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from shipper import settings
+from shipper import __version__, settings
 from shipper.config import Config, MetricsConfig
 from shipper.service import STATUS_FILE
 from shipper.ship.client import redact_url
@@ -151,6 +151,7 @@ def collect(cfg: Config) -> dict[str, Any]:
     last_out: dict[str, Any] = got if isinstance(got, dict) else {}
     out: dict[str, Any] = {
         "daemon": "running" if running else "stopped", "running": running, "source": "state_dir",
+        "version": __version__,     # this command's: no daemon answered
         "mode": last.get("mode", "daemon"), "updated": last.get("updated"),
         "files": [], "journald": [], "queue": {"events": 0, "bytes": 0}, "dead_letter": 0,
         "output": {"up": bool(last_out.get("up", False)), "last_error": last_out.get("last_error"),
@@ -228,13 +229,14 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
     running = bool(doc.get("running"))
     mode = doc.get("mode") or "daemon"
     who = "shipper pipe" if mode == "pipe" else "shipper"
+    version = f"   version {doc['version']}" if doc.get("version") else ""
     if running:
         up_for = f", up {human_duration(now - doc['started'])}" if doc.get("started") else ""
         pid = f"pid {doc['pid']}" if doc.get("pid") else "pid ?"
-        lines.append(f"{who}: running ({pid}{up_for})   state_dir: {state_dir}")
+        lines.append(f"{who}: running ({pid}{up_for})   state_dir: {state_dir}{version}")
     else:
         lines.append(f"{who}: stopped   state_dir: {state_dir}"
-                     + (f"   last seen: {_when(doc.get('updated'), now)}" if doc.get("updated") else ""))
+                     + (f"   last seen: {_when(doc.get('updated'), now)}" if doc.get("updated") else "") + version)
     out = doc.get("output") or {}
     hosts = ", ".join(out.get("hosts") or [])
     if not running:

@@ -38,3 +38,25 @@ async def test_metrics_server_listens_on_ipv6_loopback() -> None:
         assert await asyncio.to_thread(_ask_daemon, listen) == {"state": "running"}
     finally:
         await runner.cleanup()
+
+
+async def test_metrics_negotiates_openmetrics_on_the_accept_header() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    runner = await serve_metrics(f"127.0.0.1:{port}", Metrics(), lambda: (True, "ok"))
+    try:
+        def get(accept: str | None) -> tuple[str, bytes]:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                         headers={"Accept": accept} if accept else {})
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return str(resp.headers["Content-Type"]), bytes(resp.read())
+
+        ctype, body = await asyncio.to_thread(get, None)
+        assert ctype == "text/plain; version=0.0.4; charset=utf-8"
+        assert b"# TYPE shipper_events_read_total counter\n" in body and b"process_open_fds " in body
+        ctype, body = await asyncio.to_thread(get, "application/openmetrics-text;version=1.0.0,text/plain;q=0.5")
+        assert ctype.startswith("application/openmetrics-text; version=1.0.0")
+        assert b"# TYPE shipper_events_read counter\n" in body and body.endswith(b"# EOF\n")
+    finally:
+        await runner.cleanup()

@@ -2,7 +2,7 @@
 
 Every test ends with the oracle: each written line is in Elasticsearch exactly once (by its pino
 `seq`), and the daemon is alive (or exited as expected). The figures printed by the 10k tests
-(run with -s) are the throughput numbers quoted in the README.
+(run with -s) are the figures quoted in docs/delivery.md ("Figures").
 """
 
 from __future__ import annotations

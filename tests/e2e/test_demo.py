@@ -1,4 +1,4 @@
-"""`shipper demo`, the README's main-job command, runs the whole pipeline and reports exactly once."""
+"""`shipper demo`, the README's (and docs/index.md's) first command, runs the whole pipeline and reports exactly once."""
 
 from __future__ import annotations
 

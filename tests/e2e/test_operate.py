@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from shipper import __version__
 from tests.support.daemon import metric_key, write_config
 from tests.support.es import ES
 from tests.support.proxy import FaultProxy
@@ -58,6 +59,9 @@ def test_status_while_running_and_after_stop(tmp_path: Path, es: ES, daemon_fact
     assert doc["dead_letter"] == 0
     assert doc["output"]["up"] is True and doc["output"]["last_error"] is None
     assert doc["shipped_total"] == 1000 and doc["read_total"] == 1000
+    assert doc["version"] == __version__                          # the daemon's own
+    ready = [json.loads(ln) for ln in d.output().splitlines() if '"pipeline ready"' in ln]
+    assert ready and ready[-1]["version"] == __version__          # the startup log line
 
     table = d.cli("status", check=True).stdout
     assert table.startswith("shipper: running (pid ")
@@ -73,6 +77,7 @@ def test_status_while_running_and_after_stop(tmp_path: Path, es: ES, daemon_fact
     assert row["inode"] == log.stat().st_ino
     assert doc["queue"] == {"events": 0, "bytes": 0} and doc["dead_letter"] == 0
     assert isinstance(doc["output"]["up"], bool) and doc["output"]["last_error"] is None
+    assert doc["version"] == __version__                          # this command's, when stopped
     table = d.cli("status", check=True).stdout
     assert table.startswith("shipper: stopped")
     row_text = next(ln for ln in table.splitlines() if ln.startswith(str(log)))
@@ -99,6 +104,9 @@ def test_metrics_match_what_osmem_received(tmp_path: Path, es: ES, daemon_factor
         ctype = resp.headers["Content-Type"]
         text = resp.read().decode()
     assert ctype.startswith("text/plain") and "version=0.0.4" in ctype
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"):
+        assert f"# TYPE {name} " in text and f"\n{name} " in text         # prometheus_client's ProcessCollector
+    assert f'shipper_build_info{{version="{__version__}"}} 1.0\n' in text
     for name, kind in (("shipper_events_read_total", "counter"), ("shipper_events_shipped_total", "counter"),
                        ("shipper_events_dead_letter_total", "counter"), ("shipper_bulk_requests_total", "counter"),
                        ("shipper_bulk_items_total", "counter"), ("shipper_retries_total", "counter"),

@@ -90,9 +90,75 @@ def test_histograms_are_cumulative_with_inf_equal_to_count() -> None:
 
 def test_render_prometheus_is_pure_over_its_inputs() -> None:
     text = render_prometheus({("shipper_retries_total", ()): 7}, {("x_custom", (("a", "b"),)): 1.5}, {})
-    assert "shipper_retries_total 7\n" in text
+    assert "shipper_retries_total 7.0\n" in text
     assert 'x_custom{a="b"} 1.5' in text
     assert "# TYPE x_custom untyped" in text
+    assert "process_" not in text                   # the pure rendering has no process collector
+
+
+def test_bucket_bounds_print_their_exact_value() -> None:
+    ev = TelemetryEvents(Metrics())
+    ev.bulk_sent("h", 200, 300, 1_048_576, 0.5)     # exactly on a bound: counted in it (le is <=)
+    text = ev.m.render()
+    assert 'shipper_bulk_request_bytes_bucket{le="1048576"} 1.0' in text
+    assert 'shipper_bulk_request_bytes_bucket{le="262144"} 0.0' in text
+    assert 'shipper_bulk_request_bytes_bucket{le="16777216"} 1.0' in text
+    assert 'shipper_bulk_latency_seconds_bucket{le="0.005"} 0.0' in text
+    assert 'shipper_bulk_latency_seconds_bucket{le="0.5"} 1.0' in text
+    assert "e+06\"" not in text and "1.04858" not in text
+    parsed = parse_prometheus(text)
+    assert parsed["shipper_bulk_request_bytes_sum"] == 1_048_576   # 1.048576e+06: the same float, exactly
+
+
+def test_text_and_openmetrics_parse_with_prometheus_clients_own_parsers() -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+    from prometheus_client.parser import text_string_to_metric_families as text_families
+
+    m = Metrics()
+    ev = TelemetryEvents(m)
+    ev.bulk_sent("h", 200, 40, 2_000_000, 0.03)
+    ev.bulk_items({201: 3, 409: 1})
+    m.set("shipper_file_lag_bytes", 5, path='/a "b"')
+    body, ctype = m.exposition("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    assert ctype.startswith("application/openmetrics-text; version=1.0.0")
+    assert body.endswith(b"# EOF\n")
+    om = {f.name: f for f in openmetrics_families(body.decode())}
+    assert om["shipper_bulk_items"].type == "counter"            # OpenMetrics names a counter without _total
+    assert {s.labels["status"]: s.value for s in om["shipper_bulk_items"].samples} == {"201": 3, "409": 1}
+    text_body, text_ctype = m.exposition(None)
+    assert text_ctype == "text/plain; version=0.0.4; charset=utf-8"
+    assert text_body.decode() == m.render()
+    text = {f.name: f for f in text_families(m.render())}
+    assert text["shipper_file_lag_bytes"].samples[0].labels == {"path": '/a "b"'}
+    assert m.exposition("text/plain;q=0.9, */*;q=0.1")[1] == text_ctype
+
+
+def test_process_metrics_and_build_info_and_a_private_registry_per_metrics() -> None:
+    from shipper import __version__
+
+    a, b = Metrics(), Metrics()                     # two daemons in one process: no duplicate registration
+    a.inc("shipper_retries_total", 3)
+    pa, pb = parse_prometheus(a.render()), parse_prometheus(b.render())
+    assert pa["shipper_retries_total"] == 3 and pb["shipper_retries_total"] == 0
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"):
+        assert pa[name] > 0 or name == "process_cpu_seconds_total", name
+    assert pa["process_resident_memory_bytes"] > 1_000_000
+    assert pa[metric_key("shipper_build_info", version=__version__)] == 1
+    assert __version__ and __version__ != "0+unknown"
+    from prometheus_client import REGISTRY
+    assert not any(n.startswith("shipper_") for n in REGISTRY._names_to_collectors)   # never the global one
+
+
+def test_a_new_gauge_is_one_line_in_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shipper import metrics as metrics_mod
+    monkeypatch.setitem(metrics_mod.HELP, "shipper_state_dir_full", ("gauge", "1 when the state dir is full."))
+    m = Metrics()
+    text = m.render()
+    assert "# TYPE shipper_state_dir_full gauge\n" in text and "\nshipper_state_dir_full " not in text
+    m.set("shipper_state_dir_full", 1)
+    assert "# TYPE shipper_state_dir_full gauge\nshipper_state_dir_full 1.0\n" in m.render()
+    monkeypatch.setitem(metrics_mod.INITIAL, "shipper_state_dir_full", 0)      # shown from the start
+    assert parse_prometheus(Metrics().render())["shipper_state_dir_full"] == 0
 
 
 # ---------------------------------------------------------------- rates, ETA
@@ -255,7 +321,7 @@ def test_every_metric_the_dashboard_queries_exists() -> None:
     rendered_families = {line.split()[2] for line in Metrics().render().splitlines() if line.startswith("# TYPE")}
     queried: set[str] = set()
     for expr in _dashboard_exprs():
-        queried.update(re.findall(r"\bshipper_[a-z_]+\b", expr))
+        queried.update(re.findall(r"\b(?:shipper|process)_[a-z_]+\b", expr))
     assert queried, "the dashboard queries no shipper metric"
     missing = []
     for name in sorted(queried):
@@ -272,6 +338,8 @@ def test_every_metric_the_dashboard_queries_exists() -> None:
                    "shipper_queue_events", "shipper_retries_total", "shipper_events_dead_letter_total",
                    "shipper_bulk_items_total"):
         assert needed in text
+    for needed in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"):
+        assert needed in text, f"no process panel queries {needed}"
 
 
 def test_dashboard_is_importable_grafana_json() -> None:
