@@ -20,7 +20,10 @@ from shipper.spool.writer import DiskWait
 
 log = logging.getLogger("shipper.output")
 
-IDLE_WAIT_S = 1.0             # an idle sender looks whether reading is done at least this often
+# An idle sender waits for `outbox.ready`, which is set by every batch added and when reading is
+# done (the end the senders return at); the timeout is only a safety net, long so an idle daemon
+# does not wake its max_in_flight senders every second.
+IDLE_WAIT_S = 30.0
 
 
 class Delivery:

@@ -225,7 +225,9 @@ class Service:
             if self.reload_event.is_set():
                 self.reload_event.clear()
                 await self.reload()
-            await self.clock.wait(self._signalled, 0.5)
+            # signals set _signalled; otherwise nothing is due before the next status (or ping)
+            due = min(next_status, next_wd) if wd else next_status
+            await self.clock.wait(self._signalled, min(STATUS_EVERY_S, max(0.05, due - time.monotonic())))
             self._signalled.clear()
         return 0
 
