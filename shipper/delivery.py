@@ -64,7 +64,10 @@ class Delivery:
                 self.on_ack()     # a draft held back for a free slot may go now
 
     async def _ack(self, meta: BatchMeta, dead: list[DeadLetter]) -> None:
-        await self.disk.run(lambda: self.spool.ack(meta.seq, dead))
+        if dead:
+            await self.disk.run(lambda: self.spool.ack(meta.seq, dead))   # with its dead letters, now
+        else:
+            self.spool.ack_soon(meta.seq)      # carried by the next commit's transaction (or lingers)
         delivered = meta.events - len(dead)
         self.outbox.acked(meta, delivered)
         self.events.batch_acked(meta.seq, delivered, len(dead))
