@@ -26,6 +26,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 
 from gen import DEFAULT_SEED, PinoGenerator  # noqa: E402
+from peers import PEERS, ensure_peers, peer_command  # noqa: E402
 from run import (  # noqa: E402
     OUT_DIR,
     REPO_DIR,
@@ -41,6 +42,40 @@ from run import (  # noqa: E402
 from sink import SinkProcess  # noqa: E402
 
 TARGET_P99_MS = 50.0
+TARGET_IDLE_PERCENT = 0.1
+# issue 14's rates: (lines/s, ms between writes, default seconds); 0 lines/s = idle (nothing written)
+SCENARIOS: dict[str, tuple[float, float, float]] = {
+    "10k": (10_000, 10.0, 30.0),      # 100-line writes
+    "1k": (1_000, 1.0, 30.0),         # 1-line writes (pino's default destination)
+    "idle": (0, 0.0, 60.0),
+}
+
+
+def wakeups(pid: int) -> int:
+    """Context switches (voluntary + involuntary) of every thread of `pid` and its children so far:
+    each voluntary one is a sleep the thread woke from, so over an idle minute it counts wakeups."""
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/status") as f:
+                    for line in f:
+                        if "ctxt_switches:" in line:
+                            total += int(line.split()[-1])
+            except OSError:
+                continue
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+            except OSError:
+                pass
+    return total
 
 
 def write_steadily(path: str, gen: PinoGenerator, rate: float, duration_s: float,
@@ -81,10 +116,18 @@ def write_steadily(path: str, gen: PinoGenerator, rate: float, duration_s: float
             "max_tick_late_ms": max_late_s * 1000}
 
 
-def command(system: str, tmp: str, log_path: str, url: str, args: argparse.Namespace) -> list[str]:
+def command(system: str, tmp: str, log_path: str, url: str,
+            args: argparse.Namespace) -> tuple[list[str], dict[str, str] | None]:
+    if system in PEERS:
+        return peer_command(system, tmp, log_path, url)
+    return _command(system, tmp, log_path, url, args), None
+
+
+def _command(system: str, tmp: str, log_path: str, url: str, args: argparse.Namespace) -> list[str]:
     py = args.python
     if system == "naive":
-        return [py, os.path.join(BENCH_DIR, "naive.py"), log_path, url, "--follow"]
+        return [py, os.path.join(BENCH_DIR, "naive.py"), log_path, url, "--follow",
+                "--poll-ms", f"{args.naive_poll_ms:g}"]
     if system == "shipper":
         cfg = shipper_config(tmp, log_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
@@ -95,25 +138,29 @@ def command(system: str, tmp: str, log_path: str, url: str, args: argparse.Names
             pyspy = shutil.which("py-spy", path=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
             if pyspy is None:
                 raise SystemExit("--profile needs py-spy: pip install py-spy (into the venv)")
-            return [pyspy, "record", "-o", os.path.join(OUT_DIR, "latency-shipper.folded"), "--format", "raw",
+            return [pyspy, "record", "-o", os.path.join(OUT_DIR, f"latency-shipper-{args.current_scenario}.folded"),
+                    "--format", "raw",
                     "--threads", "--function", "--rate", "250", "--nonblocking", "--subprocesses", "--", *cmd]
         return cmd
-    raise SystemExit(f"unknown system {system!r} (known: naive, shipper)")
+    raise SystemExit(f"unknown system {system!r} (known: naive, shipper, syslog-ng, rsyslog)")
 
 
-def measure(system: str, sink: SinkProcess, args: argparse.Namespace) -> dict[str, Any]:
+def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: str,
+            rate: float, interval_ms: float, duration: float) -> dict[str, Any]:
+    args.current_scenario = scenario
     tmp = tempfile.mkdtemp(prefix=f"latency-{system}-", dir=args.tmp_dir)
     log_path = os.path.join(tmp, "app.log")
     open(log_path, "wb").close()
     gen = PinoGenerator(args.seed, args.line_bytes)
     err_path = os.path.join(tmp, "stderr.log")
     sink.reset()
+    cmd, env = command(system, tmp, log_path, sink.url, args)
     with open(os.path.join(tmp, "stdout.log"), "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(command(system, tmp, log_path, sink.url, args), stdout=out, stderr=err,
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
                                 stdin=subprocess.DEVNULL, cwd=REPO_DIR, start_new_session=True)
     wrapped = system == "shipper" and args.profile
     target = _find_target(proc.pid) if wrapped else proc.pid
-    result: dict[str, Any] = {"system": system, "ok": False}
+    result: dict[str, Any] = {"system": system, "scenario": scenario, "ok": False}
     try:
         # warm-up: one line must make it through before the clock starts
         with open(log_path, "ab") as f:
@@ -126,13 +173,25 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace) -> dict[st
             if _has_exited(proc.pid) or time.monotonic() > deadline:
                 result["error"] = "the warm-up line never arrived"
                 return result
+        if rate <= 0:
+            # idle: let startup work (syslog-ng's first poll, shipper's first checkpoint) settle
+            time.sleep(args.idle_settle)
         sink.reset()
         sampler = TreeSampler(proc.pid)
         cpu0 = sampler.sample().cpu_s
-        w = write_steadily(log_path, gen, args.rate, args.duration, args.interval_ms / 1000)
+        wake0 = wakeups(proc.pid)
+        if rate > 0:
+            w = write_steadily(log_path, gen, rate, duration, interval_ms / 1000)
+        else:
+            t0 = time.monotonic()
+            time.sleep(duration)
+            w = {"written": 0, "seconds": time.monotonic() - t0, "rate": 0.0, "max_tick_late_ms": 0.0}
         cpu1 = sampler.sample().cpu_s
+        wake1 = wakeups(proc.pid)
         result.update(w)
+        result["cpu_s"] = cpu1 - cpu0
         result["cpu_percent"] = 100 * (cpu1 - cpu0) / w["seconds"]
+        result["wakeups_per_s"] = (wake1 - wake0) / w["seconds"]
         stats = sink.wait_docs(w["written"], args.drain_timeout)
         result["received"] = stats["docs"]
         result["requests"] = stats["requests"]
@@ -159,19 +218,26 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace) -> dict[st
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    head = ["system", "written", "received", "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms",
-            "max ms", "CPU %", "requests", f"p99 < {TARGET_P99_MS:g} ms"]
+    head = ["scenario", "system", "written", "received", "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms",
+            "max ms", "CPU-s", "CPU %", "vs naive", "wakeups/s", "requests", f"p99 < {TARGET_P99_MS:g} ms"]
     table = [head]
+    naive_cpu = {r["scenario"]: r["cpu_s"] for r in results if r["system"] == "naive" and "cpu_s" in r}
     for r in results:
         lat = r.get("latency_ms") or {}
         if "written" not in r:
-            table.append([r["system"], "failed"] + [""] * (len(head) - 2))
+            table.append([r["scenario"], r["system"], "failed"] + [""] * (len(head) - 3))
             continue
+        base = naive_cpu.get(r["scenario"])
+        if r["written"] == 0:
+            verdict = ("yes" if r["cpu_percent"] < TARGET_IDLE_PERCENT else "NO") + " (idle < 0.1%)"
+        else:
+            verdict = ("yes" if lat.get("p99", 1e9) < TARGET_P99_MS else "NO") if r["ok"] else "incomplete"
         table.append([
-            r["system"], f"{r['written']:,}", f"{r.get('received', 0):,}", f"{r['rate']:,.0f}",
+            r["scenario"], r["system"], f"{r['written']:,}", f"{r.get('received', 0):,}", f"{r['rate']:,.0f}",
             *(f"{lat[k]:.1f}" if k in lat else "" for k in ("p50", "p90", "p99", "p999", "max")),
-            f"{r['cpu_percent']:.1f}", f"{r.get('requests', 0):,}",
-            ("yes" if lat.get("p99", 1e9) < TARGET_P99_MS else "NO") if r["ok"] else "incomplete",
+            f"{r['cpu_s']:.2f}", f"{r['cpu_percent']:.2f}",
+            f"{r['cpu_s'] / base:.2f}x" if base else "",
+            f"{r['wakeups_per_s']:.1f}", f"{r.get('requests', 0):,}", verdict,
         ])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for i, row in enumerate(table):
@@ -183,10 +249,20 @@ def print_table(results: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="write-to-ack latency at a steady line rate")
-    ap.add_argument("--rate", type=float, default=10_000, help="lines per second (default 10,000)")
-    ap.add_argument("--duration", type=float, default=20.0, help="seconds of writing (default 20)")
-    ap.add_argument("--interval-ms", type=float, default=5.0, help="one write every this long (default 5)")
-    ap.add_argument("--systems", default="naive,shipper", help="comma-separated (default naive,shipper)")
+    ap.add_argument("--scenarios", default="10k,1k,idle",
+                    help="comma-separated: 10k (10,000 lines/s in 100-line writes, 30 s), 1k (1,000 lines/s "
+                         "in 1-line writes, 30 s), idle (nothing written, 60 s), custom (--rate, "
+                         "--interval-ms, --duration); default 10k,1k,idle")
+    ap.add_argument("--rate", type=float, default=10_000, help="custom: lines per second (default 10,000)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds of writing (default: the scenario's; custom 20)")
+    ap.add_argument("--idle-duration", type=float, default=None, help="idle: seconds (default 60)")
+    ap.add_argument("--idle-settle", type=float, default=3.0,
+                    help="idle: seconds after the warm-up line before the minute starts (default 3)")
+    ap.add_argument("--interval-ms", type=float, default=5.0, help="custom: one write every this long (default 5)")
+    ap.add_argument("--naive-poll-ms", type=float, default=10.0, help="naive tailer's poll at EOF (default 10)")
+    ap.add_argument("--systems", default="naive,shipper,syslog-ng,rsyslog",
+                    help="comma-separated (default naive,shipper,syslog-ng,rsyslog)")
     ap.add_argument("--line-bytes", type=int, default=350)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--gzip", choices=("on", "off"), default="on", help="shipper: compression gzip|none")
@@ -211,20 +287,37 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(OUT_DIR, exist_ok=True)      # py-spy writes its profile there, and fails silently without it
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if any(s in PEERS for s in systems):
+        ensure_peers()
+    plan: list[tuple[str, float, float, float]] = []
+    for name in (s.strip() for s in args.scenarios.split(",") if s.strip()):
+        if name == "custom":
+            plan.append((name, args.rate, args.interval_ms, args.duration or 20.0))
+        elif name in SCENARIOS:
+            rate, interval_ms, duration = SCENARIOS[name]
+            if name == "idle":
+                duration = args.idle_duration or duration
+            else:
+                duration = args.duration or duration
+            plan.append((name, rate, interval_ms, duration))
+        else:
+            raise SystemExit(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)}, custom)")
     info = machine_info()
     print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}")
-    print(f"# rate={args.rate:,.0f}/s duration={args.duration:g}s interval={args.interval_ms:g}ms "
-          f"line_bytes={args.line_bytes} gzip={args.gzip} sink_latency_ms={args.sink_latency_ms:g}",
+    print("# " + "; ".join(f"{n}: {r:,.0f} lines/s every {i:g} ms for {d:g} s" for n, r, i, d in plan)
+          + f"; line_bytes={args.line_bytes} gzip={args.gzip} sink_latency_ms={args.sink_latency_ms:g}",
           flush=True)
     sink = SinkProcess(latency_ms=args.sink_latency_ms, record_latency=True, python=args.python)
     results = []
     try:
-        for system in systems:
-            r = measure(system, sink, args)
+        for scenario, rate, interval_ms, duration, system in [(*step, system) for step in plan
+                                                              for system in systems]:
+            r = measure(system, sink, args, scenario, rate, interval_ms, duration)
             results.append(r)
             lat = r.get("latency_ms") or {}
             if "written" in r:
-                print(f"  {system}: wrote {r['written']:,} at {r['rate']:,.0f}/s (worst tick "
+                print(f"  {scenario} {system}: CPU {r['cpu_s']:.2f} s, {r['wakeups_per_s']:.1f} wakeups/s; "
+                      f"wrote {r['written']:,} at {r['rate']:,.0f}/s (worst tick "
                       f"{r['max_tick_late_ms']:.1f} ms late), received {r.get('received', 0):,}, "
                       f"p99 {lat.get('p99', float('nan')):.1f} ms", flush=True)
                 if args.show_slowest:
@@ -237,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print_table(results)
     if args.profile and "shipper" in systems:
-        print_folded(os.path.join(OUT_DIR, "latency-shipper.folded"))
+        for scenario, *_ in plan:
+            print(f"\n## profile of shipper, {scenario}")
+            print_folded(os.path.join(OUT_DIR, f"latency-shipper-{scenario}.folded"))
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"machine": info, "args": vars(args), "results": results}, f, indent=1)

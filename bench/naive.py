@@ -5,7 +5,8 @@ time. It is the floor shipper is compared with in every run.py table (same machi
 
     python bench/naive.py FILE URL [--batch 1000] [--index bench] [--follow]
 
-`--follow` keeps reading what is appended (polling at EOF) until SIGTERM: the latency baseline.
+`--follow` keeps reading what is appended (polling every `--poll-ms`, 10, at EOF) until SIGTERM: the
+latency baseline.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def ship_file(path: str, url: str, batch: int = 1000, index: str = "bench") -> i
     return sent
 
 
-def follow_file(path: str, url: str, batch: int = 1000, index: str = "bench", poll_s: float = 0.005) -> int:
+def follow_file(path: str, url: str, batch: int = 1000, index: str = "bench", poll_s: float = 0.010) -> int:
     """Tail `path` from its start until SIGTERM/SIGINT: send complete lines as they appear."""
     stopping = False
 
@@ -98,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1000, help="lines per bulk request (default 1000)")
     ap.add_argument("--index", default="bench")
     ap.add_argument("--follow", action="store_true", help="tail the file until SIGTERM")
+    ap.add_argument("--poll-ms", type=float, default=10.0, help="--follow: sleep at EOF (default 10 ms)")
     args = ap.parse_args(argv)
     if args.follow:
-        follow_file(args.file, args.url, args.batch, args.index)
+        follow_file(args.file, args.url, args.batch, args.index, args.poll_ms / 1000)
     else:
         ship_file(args.file, args.url, args.batch, args.index)
     return 0

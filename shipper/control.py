@@ -53,6 +53,12 @@ def dlq_cancel(state_dir: str) -> bool:
         return False
 
 
+def dlq_pending(state_dir: str) -> bool:
+    """Whether a request (or one claimed before a crash) waits: two stats, no reads."""
+    path = os.path.join(state_dir, DLQ_REQUEST)
+    return os.path.exists(path) or os.path.exists(path + ".claimed")
+
+
 def dlq_claim(state_dir: str) -> tuple[DlqAction, str, str] | None:
     """The daemon's side: (action, nonce, claimed path) of a pending request, or None. A request
     claimed before a crash is returned again; one with an unknown action is dropped."""
@@ -117,6 +123,8 @@ class DeadLetterControl:
 
     async def answer_once(self) -> bool:
         """Claim and answer one pending request; False when there was none."""
+        if not dlq_pending(self.state_dir):
+            return False      # two stats on the loop: an idle daemon hands no work to a thread each second
         request = await asyncio.to_thread(dlq_claim, self.state_dir)
         if request is None:
             return False

@@ -20,7 +20,10 @@ from shipper.spool.writer import DiskWait
 
 log = logging.getLogger("shipper.output")
 
-IDLE_WAIT_S = 1.0             # an idle sender looks whether reading is done at least this often
+# An idle sender waits for `outbox.ready`, which is set by every batch added and when reading is
+# done (the end the senders return at); the timeout is only a safety net, long so an idle daemon
+# does not wake its max_in_flight senders every second.
+IDLE_WAIT_S = 30.0
 
 
 class Delivery:
@@ -61,7 +64,10 @@ class Delivery:
                 self.on_ack()     # a draft held back for a free slot may go now
 
     async def _ack(self, meta: BatchMeta, dead: list[DeadLetter]) -> None:
-        await self.disk.run(lambda: self.spool.ack(meta.seq, dead))
+        if dead:
+            await self.disk.run(lambda: self.spool.ack(meta.seq, dead))   # with its dead letters, now
+        else:
+            self.spool.ack_soon(meta.seq)      # carried by the next commit's transaction (or lingers)
         delivered = meta.events - len(dead)
         self.outbox.acked(meta, delivered)
         self.events.batch_acked(meta.seq, delivered, len(dead))

@@ -3,7 +3,7 @@
 Composition only, plus the one loop that reads. Reading, committing and sending overlap: while
 one draft is written on the spool thread the loop keeps reading into the next, and a batch goes
 out as soon as a request slot is free, but when caught up at most one partial draft per
-`flush_min_interval` (20 ms). `flush_interval` only bounds how long a partial draft waits while
+`flush_min_interval` (30 ms). `flush_interval` only bounds how long a partial draft waits while
 every slot is busy. Lifecycle: `start()` (returns when every input is open), `stop(timeout_s)`,
 `snapshot()`; the background tasks run in one TaskGroup, so a task that dies stops them all.
 """
@@ -35,6 +35,10 @@ from shipper.spool.writer import DiskWait, RecordWriter
 log = logging.getLogger("shipper.pipeline")
 
 POLL_S = 0.25                 # fallback look at open files when inotify said nothing
+# Quiet and every source watched (inotify wakes the reader on each write): the fallback look
+# backs off, doubling from POLL_S up to this, so an idle daemon wakes about once in 2 s, not 4
+# times a second. The first read after a wake-up goes back to POLL_S.
+IDLE_POLL_S = 2.0
 
 
 class Pipeline:
@@ -70,6 +74,7 @@ class Pipeline:
         # the last read round stopped with more to read (a file behind, or the draft full): the
         # draft keeps filling to its limits instead of leaving at once (fewer, fuller requests)
         self.backlog = False
+        self._poll_s = POLL_S              # the fallback look's current interval (see IDLE_POLL_S)
         self._main: asyncio.Task[None] | None = None
         self._stop_control = asyncio.Event()
 
@@ -191,10 +196,12 @@ class Pipeline:
                 progressed, backlog = progressed or p.read, backlog or p.backlog
                 s.flush_due(now)
             self.backlog = backlog
+            if progressed:
+                self._poll_s = POLL_S
             if self.should_commit():
                 await self.writer.commit(wait=False)    # written on the spool thread while we read on
             now = self.clock.monotonic()
-            if not progressed or now - last_check >= POLL_S:
+            if not progressed or now - last_check >= self._poll_s:
                 for s in self.sources:
                     await s.check(now)
                 last_check = now
@@ -210,7 +217,7 @@ class Pipeline:
         """Every source read got less than it asked for (at its end): the next bytes come with a
         wake-up (or the poll tick), so no second read at the end before waiting."""
         out = self.cfg.output
-        timeout = POLL_S
+        timeout = self._poll_s
         pace = self.writer.last_commit_at + out.flush_min_interval_s - now
         d = self.writer.draft
         if not d.empty():
@@ -221,7 +228,11 @@ class Pipeline:
             dl = s.next_deadline()
             if dl is not None:
                 timeout = min(timeout, max(0.005, dl - now))
-        if await self.clock.wait(self.wake, timeout):
+        woken = await self.clock.wait(self.wake, timeout)
+        if not woken and timeout >= self._poll_s and self.sources \
+                and all(getattr(s, "watching", False) for s in self.sources):
+            self._poll_s = min(IDLE_POLL_S, self._poll_s * 2)   # a quiet poll tick: look less often
+        if woken:
             pace = self.writer.last_commit_at + out.flush_min_interval_s - self.clock.monotonic()
             if pace > 0 and not self.stopping.is_set():
                 # written to within flush_min_interval of the last draft: read it all when the

@@ -40,6 +40,9 @@ log = logging.getLogger("shipper")
 
 STATUS_FILE = "status.json"
 STATUS_EVERY_S = 2.0
+# Nothing changed but the time: status.json is rewritten only this often (`shipper status` trusts
+# one up to 10 s old), so an idle daemon does not create and rename a file every 2 s (issue 14).
+STATUS_SAME_EVERY_S = 6.0
 
 
 class StateLock:
@@ -208,6 +211,8 @@ class Service:
         wd = sdnotify.watchdog_interval_s()
         next_wd = 0.0
         next_status = 0.0
+        last_doc: dict[str, Any] | None = None
+        last_written = float("-inf")
         while not self.stop_event.is_set():
             p = self.pipeline
             if p is not None and p.failed is not None:
@@ -217,7 +222,10 @@ class Service:
             if now >= next_status:
                 self._refresh_gauges()
                 doc = self.status_doc()      # taken on the loop: the pipeline is not thread-safe
-                await asyncio.to_thread(self._write_status_safe, doc)
+                same = {k: v for k, v in doc.items() if k != "updated"}
+                if same != last_doc or now - last_written >= STATUS_SAME_EVERY_S:
+                    await asyncio.to_thread(self._write_status_safe, doc)
+                    last_doc, last_written = same, now
                 next_status = now + STATUS_EVERY_S
             if wd and now >= next_wd:
                 sdnotify.watchdog_ping()
@@ -225,7 +233,9 @@ class Service:
             if self.reload_event.is_set():
                 self.reload_event.clear()
                 await self.reload()
-            await self.clock.wait(self._signalled, 0.5)
+            # signals set _signalled; otherwise nothing is due before the next status (or ping)
+            due = min(next_status, next_wd) if wd else next_status
+            await self.clock.wait(self._signalled, min(STATUS_EVERY_S, max(0.05, due - time.monotonic())))
             self._signalled.clear()
         return 0
 

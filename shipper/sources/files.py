@@ -60,6 +60,13 @@ class FileSource:
 
     exhausted = False
 
+    @property
+    def watching(self) -> bool:
+        """inotify (or watchdog) wakes the reader on every write: the fallback poll may back off."""
+        return self._watcher is not None and self._watching
+
+    _watching = False
+
     # ---------------------------------------------------------------- the seam
 
     async def start(self, wake: asyncio.Event) -> None:
@@ -67,6 +74,7 @@ class FileSource:
         self._watcher = discovery.Watcher(loop, wake)
         try:
             await asyncio.to_thread(self._watcher.watch, self.cfg.inputs)
+            self._watching = True
         except Exception as e:  # watching is an optimisation; the rescan is the truth
             log.warning("file watching unavailable, relying on rescans", extra={"error": str(e)})
 

@@ -28,6 +28,10 @@ CHECKPOINT_EVERY_S = 0.5    # WAL checkpoints (and their fsyncs) at most this of
 # The interpreter's switch interval (CPython's default is 5 ms): how long a thread that wants the
 # GIL waits before the running one is made to drop it. See AsyncSpool.__init__.
 GIL_SWITCH_INTERVAL_S = 0.0002
+# How long a plain ack (a batch delivered whole) may wait for the next record write to carry it in
+# the same transaction (`Spool.commit_acking`) before it is written on its own. A steady trickle
+# then costs one SQLite transaction and one thread hand-over per request cycle instead of two.
+ACK_LINGER_S = 0.5
 
 
 def _open(state_dir: str) -> Spool:
@@ -65,6 +69,9 @@ class AsyncSpool:
         self._executor = executor
         self.dead_letters = spool.dead_letters      # kept current from the answers (for status)
         self._checkpoint_every_s = checkpoint_every_s
+        self._acks: list[int] = []           # delivered, not yet deleted: the next commit carries them
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_flush: asyncio.Task[None] | None = None
         self._ckpt_wake = threading.Event()
         self._ckpt_stop = threading.Event()
         self._ckpt_thread = threading.Thread(target=self._checkpointer, name="spool-checkpoint", daemon=True)
@@ -94,16 +101,67 @@ class AsyncSpool:
 
     async def contents(self) -> SpoolContents:
         """What is queued, the checkpoints and the dead-letter count, as of every call made before."""
+        await self.flush_acks()
         return await self._call(self._spool.contents)
 
     async def commit(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
                      checkpoints: Iterable[Checkpoint], gzip: bool) -> list[tuple[BatchMeta, bytes]]:
         """Spool.commit on the spool thread: batches and the checkpoints they advance, one transaction.
         `bodies` may be a maker: it runs there too."""
-        return await self._call(self._spool.commit, bodies, covers, list(checkpoints), gzip)
+        acks = self._take_acks()
+        if not acks:
+            return await self._call(self._spool.commit, bodies, covers, list(checkpoints), gzip)
+        try:
+            return await self._call(self._spool.commit_acking, bodies, covers, list(checkpoints), gzip, acks)
+        except BaseException:
+            self._acks[:0] = acks          # not written: the next write (or the linger) carries them
+            if acks:
+                self._arm_ack_timer()
+            raise
 
     async def read(self, seq: int) -> bytes | None:
         return await self._call(self._spool.read, seq)
+
+    def ack_soon(self, seq: int) -> None:
+        """The batch was delivered whole: it leaves with the next commit's transaction, or on its
+        own within ACK_LINGER_S. Until then it is still in the spool: after a crash it is sent
+        again, and its `_id`s make Elasticsearch answer 409 (delivered), never index it twice."""
+        self._acks.append(seq)
+        self._arm_ack_timer()
+
+    def _take_acks(self) -> list[int]:
+        acks, self._acks = self._acks, []
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        return acks
+
+    def _arm_ack_timer(self) -> None:
+        if self._ack_timer is None:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_LINGER_S, self._linger_over)
+
+    def _linger_over(self) -> None:
+        self._ack_timer = None
+        if self._acks and (self._ack_flush is None or self._ack_flush.done()):
+            self._ack_flush = asyncio.ensure_future(self._write_acks())
+
+    async def _write_acks(self) -> None:
+        """The acks no commit has carried, in one transaction of their own."""
+        acks = self._take_acks()
+        if not acks:
+            return
+        try:
+            await self._call(self._spool.commit_acking, [], {}, [], False, acks)
+        except Exception as e:
+            self._acks[:0] = acks          # a full disk: tried again after the next linger
+            self._arm_ack_timer()
+            log.warning("acks not written yet, retrying", extra={"error": str(e)})
+
+    async def flush_acks(self) -> None:
+        """Write the acks waiting for a commit now (and wait for a linger write under way)."""
+        if self._ack_flush is not None and not self._ack_flush.done():
+            await asyncio.shield(self._ack_flush)
+        await self._write_acks()
 
     async def ack(self, seq: int, dead: Sequence[DeadLetter] = ()) -> int:
         """The batch leaves (its dead letters stored with it). Returns the dead-letter total."""
@@ -129,10 +187,16 @@ class AsyncSpool:
         return n
 
     async def flush(self) -> None:
-        """Returns once every call submitted before it has finished (the worker runs them in order)."""
+        """Returns once every call submitted before it has finished (the worker runs them in order),
+        acks waiting for a commit included."""
+        await self.flush_acks()
         await self._call(_noop)
 
     async def close(self) -> None:
+        try:
+            await self.flush_acks()
+        except Exception as e:             # a full disk at exit: they are re-sent (409) at the next start
+            log.warning("acks not written at close", extra={"error": str(e)})
         self._ckpt_stop.set()
         self._ckpt_wake.set()
         await asyncio.to_thread(self._ckpt_thread.join)

@@ -364,9 +364,9 @@ def test_metrics_listen_takes_ipv4_names_and_bracketed_ipv6(listen: str) -> None
     assert load(MINIMAL + f"metrics:\n  listen: '{listen}'\n").metrics.listen == listen
 
 
-def test_flush_min_interval_defaults_to_20ms_and_takes_zero() -> None:
+def test_flush_min_interval_defaults_to_30ms_and_takes_zero() -> None:
     base = "inputs: [{paths: ['/x/*.log']}]\n"
-    assert load(base).output.flush_min_interval_s == 0.02
+    assert load(base).output.flush_min_interval_s == 0.03
     assert load(base + "output: {elasticsearch: {flush_min_interval: 0}}\n").output.flush_min_interval_s == 0.0
     assert load(base + "output: {elasticsearch: {flush_min_interval: 5ms}}\n").output.flush_min_interval_s == 0.005
     e = error(base + "output: {elasticsearch: {flush_min_interval: soon}}\n")

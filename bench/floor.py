@@ -1,0 +1,60 @@
+"""aiohttp's own floor for one request cycle: CPU per bulk request of a bare aiohttp client.
+
+One keep-alive session posts a gzip'd one-document bulk body to the sink every `--interval-ms`,
+`-n` times, and reads the answer: what shipper's request cycle (read, build, write, send, ack)
+is compared with. Prints CPU-us per request of this process (after imports and the first request).
+
+    python bench/floor.py URL [-n 400] [--interval-ms 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import sys
+import time
+
+import aiohttp
+from isal import igzip
+
+BODY = b'{"create":{"_index":"bench","_id":"x"}}\n{"level":30,"time":1,"msg":"hello"}\n'
+
+
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def run(url: str, n: int, interval_s: float) -> dict[str, float]:
+    headers = {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}
+    async with aiohttp.ClientSession() as session:
+        async def post() -> None:
+            body = igzip.compress(BODY, 1)
+            async with session.post(url + "/_bulk?filter_path=errors", data=body, headers=headers) as r:
+                answer = await r.read()
+                if r.status != 200 or b'"errors":false' not in answer:
+                    raise RuntimeError(f"bulk failed: {r.status} {answer[:100]!r}")
+        await post()
+        cpu0, t0 = _cpu(), time.monotonic()
+        for _ in range(n):
+            await asyncio.sleep(interval_s)
+            await post()
+        cpu1, t1 = _cpu(), time.monotonic()
+    return {"requests": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
+            "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="aiohttp's CPU per bulk request (the floor)")
+    ap.add_argument("url")
+    ap.add_argument("-n", type=int, default=400)
+    ap.add_argument("--interval-ms", type=float, default=40.0)
+    args = ap.parse_args(argv)
+    print(json.dumps(asyncio.run(run(args.url, args.n, args.interval_ms / 1000))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
