@@ -6,6 +6,7 @@ import asyncio
 import base64
 import gzip
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -114,6 +115,27 @@ async def test_down_drops_keepalive_connections_for_async_clients(fault_proxy: F
             assert resp.status == 502
         async with session.get(f"{fault_proxy.url}/") as resp:
             assert resp.status == 200
+
+
+def test_down_on_a_busy_loop_drops_the_connection_waiting_to_be_accepted(fault_proxy: FaultProxy) -> None:
+    # A loaded machine: the proxy's loop is busy while a client connects (the kernel completes the
+    # handshake and holds the request) and down() is called, so its accept and down() share a loop
+    # turn. The connection must end at once, not stay open unread until the client's timeout.
+    fault_proxy.stall(0.5)
+    with socket.create_connection((fault_proxy.host, fault_proxy.port), timeout=5) as c:
+        c.sendall(b"GET / HTTP/1.1\r\nHost: proxy\r\n\r\n")
+        fault_proxy.down()                         # runs once the stall ends
+        t0 = time.monotonic()
+        try:
+            data = c.recv(1024)
+        except ConnectionResetError:
+            data = b""
+        except TimeoutError:
+            pytest.fail("the connection accepted as the proxy went down was left open, never answered")
+        assert data == b"" and time.monotonic() - t0 < 2.0   # closed, not served
+    assert fault_proxy.requests == 0
+    fault_proxy.up()
+    assert call(f"{fault_proxy.url}/")[0] == 200
 
 
 def test_latency_delays_answers(fault_proxy: FaultProxy) -> None:

@@ -17,6 +17,7 @@ import json
 import random
 import socket
 import threading
+import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable
@@ -139,6 +140,7 @@ class FaultProxy:
         self._server: web.Server | None = None
         self._runner: web.ServerRunner | None = None
         self._site: web.SockSite | None = None
+        self._sock: socket.socket | None = None
         self._reset_faults()
         self._requests = 0
         self._forwarded = 0
@@ -233,19 +235,36 @@ class FaultProxy:
             sock.close()
             raise
         self._port = sock.getsockname()[1]
+        self._sock = sock
         self._site = web.SockSite(self._runner, sock)
         await self._site.start()
 
     async def _unlisten(self) -> None:
+        """Close the listener and drop every connection, also one accepted in this very loop turn.
+
+        asyncio accepts a connection in one loop turn and makes its transport in the next. When the
+        server is closed in between (a busy loop: the accept and `down()` land in the same turn),
+        asyncio drops that socket without a word (Python 3.11: `Server._attach` asserts; CPython
+        gh-109564): never read, never closed, so the client waits out its whole request timeout, after
+        `up()` too. So accepting stops first, one turn lets accepted sockets get their transports,
+        and only then the server closes.
+        """
+        loop = asyncio.get_running_loop()
         if self._site is not None:
+            if self._sock is not None:
+                loop.remove_reader(self._sock.fileno())   # asyncio's accept handler: no new accepts
+            await asyncio.sleep(0)
             await self._site.stop()
             self._site = None
-        # A dead server also drops established (keep-alive) connections, not only the listener.
+            self._sock = None
+        # A dead server also drops established (keep-alive) connections, not only the listener; a
+        # transport made in the last turn gets its connection_made in the next, hence a few passes.
         if self._server is not None:
-            for conn in self._server.connections:
-                if conn.transport is not None:
-                    conn.transport.abort()
-        await asyncio.sleep(0)
+            for _ in range(3):
+                for conn in self._server.connections:
+                    if conn.transport is not None and not conn.transport.is_closing():
+                        conn.transport.abort()
+                await asyncio.sleep(0)
 
     async def _astop(self) -> None:
         await self._unlisten()
@@ -273,6 +292,21 @@ class FaultProxy:
             self._call(self._listen())
         with self._lock:
             self._is_down = False
+
+    def stall(self, seconds: float) -> None:
+        """Block the proxy's event loop for `seconds`, as a loaded machine does; returns once it is
+        blocked. Connections made meanwhile wait in the kernel's backlog, and controls called
+        meanwhile run when it ends, in the same loop turn as those accepts."""
+        assert self._loop is not None
+        blocked = threading.Event()
+
+        def block() -> None:
+            blocked.set()
+            time.sleep(seconds)
+
+        self._loop.call_soon_threadsafe(block)
+        if not blocked.wait(10):
+            raise RuntimeError("the proxy's loop did not run the stall")
 
     @property
     def is_down(self) -> bool:
