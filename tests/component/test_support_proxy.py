@@ -138,6 +138,55 @@ def test_down_on_a_busy_loop_drops_the_connection_waiting_to_be_accepted(fault_p
     assert call(f"{fault_proxy.url}/")[0] == 200
 
 
+async def test_reset_next_drops_the_connection_without_an_answer(fault_proxy: FaultProxy, es: ES) -> None:
+    fault_proxy.reset_next(1)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            async with session.post(f"{fault_proxy.url}/_bulk", data=bulk_body(range(2)),
+                                    headers={"Content-Type": "application/x-ndjson"}) as resp:
+                await resp.read()
+        async with session.get(f"{fault_proxy.url}/") as resp:    # only the next one
+            assert resp.status == 200
+    assert fault_proxy.requests == 2 and fault_proxy.forwarded == 1
+    assert es.count() == 0
+
+
+async def _wait_hanging(proxy: FaultProxy, n: int) -> None:
+    deadline = time.monotonic() + 5
+    while proxy.hanging != n:
+        assert time.monotonic() < deadline, f"expected {n} hanging request(s), saw {proxy.hanging}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("forward", [False, True])
+async def test_hang_next_holds_one_request_while_later_ones_are_answered_until_down(
+        fault_proxy: FaultProxy, es: ES, forward: bool) -> None:
+    fault_proxy.hang_next(1, forward=forward)
+    headers = {"Content-Type": "application/x-ndjson"}
+    async with aiohttp.ClientSession() as hung_session, aiohttp.ClientSession() as session:
+        async def hung() -> int:
+            async with hung_session.post(f"{fault_proxy.url}/_bulk?refresh=true", data=bulk_body(range(2)),
+                                         headers=headers) as resp:
+                await resp.read()
+                return resp.status
+
+        task = asyncio.create_task(hung())
+        await _wait_hanging(fault_proxy, 1)
+        async with session.post(f"{fault_proxy.url}/_bulk", data=bulk_body(range(2, 4)), headers=headers) as resp:
+            assert resp.status == 200              # a later request is answered meanwhile
+        assert not task.done()
+        assert es.count() == (4 if forward else 2)    # forward: indexed, only the answer is withheld
+        t0 = time.monotonic()
+        await asyncio.to_thread(fault_proxy.down)
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await asyncio.wait_for(task, 5)
+        assert time.monotonic() - t0 < 2.0
+        assert fault_proxy.hanging == 0
+        fault_proxy.up()
+        async with session.get(f"{fault_proxy.url}/") as resp:    # hang_next(1): only one
+            assert resp.status == 200
+
+
 def test_latency_delays_answers(fault_proxy: FaultProxy) -> None:
     fault_proxy.latency(0.3)
     t0 = time.monotonic()

@@ -150,6 +150,7 @@ class FaultProxy:
         self._history: list[Exchange] = []
         self._items_seen = 0
         self._items_failed = 0
+        self._hanging = 0
 
     def _reset_faults(self) -> None:
         self._fail_queue: deque[_Fail] = deque()
@@ -161,6 +162,9 @@ class FaultProxy:
         self._item_fn: Callable[[BulkItem], ItemVerdict] | None = None
         self._blocked = False
         self._is_down = False
+        self._reset_left = 0
+        self._hang_left = 0
+        self._hang_forward = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -370,6 +374,26 @@ class FaultProxy:
 
         self.item_failures(fn)
 
+    def reset_next(self, times: int = 1) -> None:
+        """Read the next `times` requests, then drop their connections without an answer (the client
+        sees the server disconnect: a transport failure, as a crashed node gives)."""
+        with self._lock:
+            self._reset_left += times
+
+    def hang_next(self, times: int = 1, *, forward: bool = False) -> None:
+        """Read the next `times` requests and never answer them until `down()` or `stop()` drops their
+        connections (a dead peer, a load balancer that accepts and hangs). With `forward` the request
+        reaches the upstream first (its documents are indexed) and only the answer is withheld."""
+        with self._lock:
+            self._hang_left += times
+            self._hang_forward = forward
+
+    @property
+    def hanging(self) -> int:
+        """Requests held unanswered by `hang_next` right now."""
+        with self._lock:
+            return self._hanging
+
     def blocked(self, flag: bool = True) -> None:
         """Answer every bulk item with 403 cluster_block_exception (a write-blocked index)."""
         with self._lock:
@@ -457,6 +481,19 @@ class FaultProxy:
             is_bulk = request.method in ("POST", "PUT") and request.path.rstrip("/").endswith("/_bulk")
             item_fn = self._item_fn
             blocked = self._blocked
+            reset = self._reset_left > 0 and verdict is None
+            hang = not reset and self._hang_left > 0 and verdict is None
+            if reset:
+                self._reset_left -= 1
+            if hang:
+                self._hang_left -= 1
+            hang_forward = self._hang_forward
+        if reset:
+            if request.transport is not None:
+                request.transport.abort()
+            await asyncio.Event().wait()      # cancelled with the connection (handler_cancellation)
+        if hang:
+            await self._hang(request, body, hang_forward)
         if latency_s:
             await asyncio.sleep(latency_s)
         if verdict is not None:
@@ -467,6 +504,20 @@ class FaultProxy:
         status, resp, reached = await self._forward(request, body)
         self._answer(request, len(body), status, reached)
         return resp
+
+    async def _hang(self, request: web.BaseRequest, body: bytes, forward: bool) -> None:
+        """Never return: the handler is cancelled when down() or stop() drops the connection."""
+        if forward:
+            _status, _resp, reached = await self._forward(request, body)
+            with self._lock:
+                self._forwarded += int(reached)
+        with self._lock:
+            self._hanging += 1
+        try:
+            await asyncio.Event().wait()
+        finally:
+            with self._lock:
+                self._hanging -= 1
 
     def _decide(self, request: web.BaseRequest, body: bytes) -> web.Response | None:
         """Under the lock: the injected answer for this request, or None to go on."""
