@@ -4,16 +4,42 @@ Like Vector's adaptive request concurrency, with TCP's slow start: until the fir
 the limit grows by one per answer while requests are waiting (doubling per round trip), after that
 by about one per round trip; it halves on pushback (429, 503, timeouts, refused connections) or
 when the round trip rises well above its running average. Time is passed in.
+
+`probe_in` lets one request go above the limit when every request in flight is stalled (sent
+before the last transport failure, or out far longer than a round trip), so a request that never
+answers (a dead peer that never resets, a load balancer that accepts and hangs) does not hold the
+only slot until its timeout once the destination is back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 RTT_ALPHA = 0.3              # weight of a new sample in the running averages
 RTT_DEVIATION_SCALE = 2.5    # "slower than usual" = above mean + scale * mean deviation,
 RTT_MIN_RISE_RATIO = 0.3     # and at least 30% above the mean (the usual jitter of a loaded node),
 RTT_MIN_RISE_S = 0.05        # and by more than this (scheduling noise at loopback speeds)
+STALL_RTT_FACTOR = 4.0       # a request out this many mean round trips is stalled,
+STALL_MIN_S = 1.0            # and never before this
+
+
+def probe_in(starts: Iterable[float], probing: bool, last_failure: float, now: float,
+             stall_after_s: float) -> float | None:
+    """Seconds until one request may start above the limit (0.0: now), or None: not by time alone.
+
+    `starts` are the start times of the requests in flight. One is stalled when it began before
+    the last transport failure (`last_failure`: sent into the fault, it may never answer) or has
+    been out `stall_after_s`. When all are stalled one probe may go beside them; none while a
+    probe is out (`probing`), so at most one request is ever above the limit.
+    """
+    if probing:
+        return None
+    latest: float | None = None
+    for start in starts:
+        t = 0.0 if start < last_failure else start + stall_after_s - now
+        latest = t if latest is None else max(latest, t)
+    return None if latest is None else max(0.0, latest)
 
 
 @dataclass(slots=True)
@@ -41,6 +67,10 @@ class AdaptiveLimit:
     @property
     def current(self) -> int:
         return int(self.limit)
+
+    def stall_after_s(self) -> float:
+        """How long a request may be out before it counts as stalled (see `probe_in`)."""
+        return max(STALL_MIN_S, STALL_RTT_FACTOR * (self.rtt_mean_s or 0.0))
 
     def can_start(self) -> bool:
         return self.in_flight < self.current

@@ -23,7 +23,7 @@ from shipper.model import Batch, DeadLetter
 from shipper.ship import bulk as bulkproto
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient, Reply
-from shipper.ship.concurrency import AdaptiveLimit
+from shipper.ship.concurrency import AdaptiveLimit, probe_in
 
 log = logging.getLogger("shipper.output")
 
@@ -52,8 +52,12 @@ class Sender:
         self.backoff = Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s)
         self.client = BulkClient(cfg.output, self.backoff, self.rng, clock)
         self.limit = AdaptiveLimit(max_limit=max(1, cfg.output.max_in_flight))
-        self._slots = asyncio.Condition()
+        self._freed = asyncio.Event()  # set (and replaced) when a request ends: the waiting ones look again
         self._waiting = 0             # requests ready to go, held back by the limit
+        self._starts: dict[int, float] = {}   # request token -> clock.monotonic() at its start, in flight
+        self._tokens = 0
+        self._probe: int | None = None        # the token of the request let go above the limit, while out
+        self.last_transport_failure = float("-inf")   # clock.monotonic() of the last request without an answer
         self.failures = 0             # whole-request failures in a row, across records; 0 after any answer that worked
         self.resume_at = 0.0          # clock.monotonic(): no request starts before this
         self.up = True
@@ -65,47 +69,70 @@ class Sender:
 
     # ------------------------------------------------------------------ request slots
 
-    async def _acquire(self) -> None:
-        """Wait for the backoff gate (and a usable host), then for a slot under the adaptive limit."""
+    async def _acquire(self) -> int:
+        """Wait for the backoff gate (and a usable host), then for a slot under the adaptive limit,
+        or for the moment every request in flight is stalled and one probe may go beside them
+        (`concurrency.probe_in`). Returns the request's token for `_release`."""
         while True:
             now = self.clock.monotonic()
             wait = max(self.resume_at - now, self.client.next_host_ready_in(now))
             if wait > 0:
                 await self.clock.sleep(wait)
                 continue
-            async with self._slots:
-                self._waiting += 1
-                try:
-                    await self._slots.wait_for(self.limit.can_start)
-                finally:
-                    self._waiting -= 1
-                now = self.clock.monotonic()
-                if self.resume_at > now:
-                    continue       # a failure closed the gate while we waited for the slot
-                self.limit.started()
-                self.peak_in_flight = max(self.peak_in_flight, self.limit.in_flight)
-                return
+            probe = False
+            if not self.limit.can_start():
+                after = probe_in(self._starts.values(), self._probe is not None, self.last_transport_failure,
+                                 now, self.limit.stall_after_s())
+                if after is None or after > 0:
+                    freed = self._freed
+                    self._waiting += 1
+                    try:
+                        if after is None:
+                            await freed.wait()
+                        else:
+                            await self.clock.wait(freed, after)
+                    finally:
+                        self._waiting -= 1
+                    continue       # look at the gate again: a failure may have closed it meanwhile
+                probe = True
+            self.limit.started()
+            self._tokens += 1
+            token = self._tokens
+            self._starts[token] = now
+            if probe:
+                self._probe = token
+                log.debug("probe request sent beside stalled ones",
+                          extra={"in_flight": self.limit.in_flight, "limit": self.limit.current})
+            self.peak_in_flight = max(self.peak_in_flight, self.limit.in_flight)
+            return token
 
-    async def _release(self, rtt_s: float, pushback: bool) -> None:
-        async with self._slots:
-            self.limit.finished(self.clock.monotonic(), rtt_s, pushback, self._waiting > 0)
-            self._slots.notify_all()
+    def _release(self, token: int, rtt_s: float, pushback: bool) -> None:
+        self._starts.pop(token, None)
+        if self._probe == token:
+            self._probe = None
+        self.limit.finished(self.clock.monotonic(), rtt_s, pushback, self._waiting > 0)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._freed.set()
+        self._freed = asyncio.Event()
 
     async def post(self, attempt: Batch) -> Reply | TransportError:
         """One bulk request under the gate and the limit: the answer, or the transport failure."""
-        await self._acquire()
+        token = await self._acquire()
         t0 = time.monotonic()
         try:
             reply = await self.client.post_bulk(attempt.body, attempt.gzipped)
         except TransportError as e:
-            await self._release(time.monotonic() - t0, True)
+            self.last_transport_failure = self.clock.monotonic()   # what is in flight now may never answer
+            self._release(token, time.monotonic() - t0, True)
             self.events.bulk_sent(e.host or "?", "error", attempt.count, len(attempt.body), 0.0)
             return e
         except BaseException:
-            await self._release(time.monotonic() - t0, False)
+            self._release(token, time.monotonic() - t0, False)
             raise
         pushback = reply.status in bulkproto.PUSHBACK_STATUSES
-        await self._release(reply.seconds, pushback)
+        self._release(token, reply.seconds, pushback)
         self.events.bulk_sent(reply.host, reply.status, attempt.count, len(attempt.body), reply.seconds)
         return reply
 
@@ -167,10 +194,9 @@ class Sender:
 
     async def _release_pressure(self) -> None:
         """Items rejected for load (429 es_rejected_execution_exception): shrink the limit like a 429."""
-        async with self._slots:
-            self.limit.started()
-            self.limit.finished(self.clock.monotonic(), 0.0, True)
-            self._slots.notify_all()
+        self.limit.started()
+        self.limit.finished(self.clock.monotonic(), 0.0, True)
+        self._wake()
 
     async def encode(self, pairs: list[bytes]) -> Batch:
         raw = bulkproto.join_pairs(pairs)

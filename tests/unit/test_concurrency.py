@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shipper.ship.concurrency import AdaptiveLimit
+from shipper.ship.concurrency import STALL_MIN_S, STALL_RTT_FACTOR, AdaptiveLimit, probe_in
 
 
 def _round(lim: AdaptiveLimit, now: float, rtt: float, pushback: bool = False, waiting: bool = True) -> None:
@@ -69,3 +69,36 @@ def test_never_below_one() -> None:
         lim.started()
         lim.finished(float(i * 10), 0.1, True)
     assert lim.current == 1 and lim.can_start()
+
+
+# ---------------------------------------------------------------- one probe beside stalled requests
+
+def test_probe_goes_at_once_when_every_request_in_flight_began_before_the_last_transport_failure() -> None:
+    assert probe_in([10.0, 11.0], probing=False, last_failure=12.0, now=12.5, stall_after_s=5.0) == 0.0
+
+
+def test_probe_waits_until_a_request_sent_after_the_failure_is_stalled_too() -> None:
+    # one began before the failure, one after it (at 13): stalled at 13 + 5
+    assert probe_in([10.0, 13.0], probing=False, last_failure=12.0, now=14.0, stall_after_s=5.0) == 4.0
+    assert probe_in([10.0, 13.0], probing=False, last_failure=12.0, now=19.0, stall_after_s=5.0) == 0.0
+
+
+def test_probe_by_age_alone_without_any_failure() -> None:
+    never = float("-inf")
+    assert probe_in([10.0], probing=False, last_failure=never, now=10.5, stall_after_s=1.0) == 0.5
+    assert probe_in([10.0], probing=False, last_failure=never, now=11.0, stall_after_s=1.0) == 0.0
+
+
+def test_no_second_probe_while_one_is_out_and_none_with_nothing_in_flight() -> None:
+    assert probe_in([10.0, 11.0], probing=True, last_failure=12.0, now=100.0, stall_after_s=1.0) is None
+    assert probe_in([], probing=False, last_failure=12.0, now=100.0, stall_after_s=1.0) is None
+
+
+def test_stalled_means_a_second_at_least_or_four_mean_round_trips() -> None:
+    lim = AdaptiveLimit(max_limit=4)
+    assert lim.stall_after_s() == STALL_MIN_S == 1.0       # no round trip measured yet
+    lim.started()
+    lim.finished(0.0, 0.01, False)
+    assert lim.stall_after_s() == 1.0
+    lim.rtt_mean_s = 2.0
+    assert lim.stall_after_s() == STALL_RTT_FACTOR * 2.0 == 8.0
