@@ -31,7 +31,8 @@ def probe_in(starts: Iterable[float], probing: bool, last_failure: float, now: f
     `starts` are the start times of the requests in flight. One is stalled when it began before
     the last transport failure (`last_failure`: sent into the fault, it may never answer) or has
     been out `stall_after_s`. When all are stalled one probe may go beside them; none while a
-    probe is out (`probing`), so at most one request is ever above the limit.
+    probe is out (`probing`), so at most one request is ever above the limit (and never above
+    max_limit: see `AdaptiveLimit.probe_in`).
     """
     if probing:
         return None
@@ -71,6 +72,12 @@ class AdaptiveLimit:
     def stall_after_s(self) -> float:
         """How long a request may be out before it counts as stalled (see `probe_in`)."""
         return max(STALL_MIN_S, STALL_RTT_FACTOR * (self.rtt_mean_s or 0.0))
+
+    def probe_in(self, starts: Iterable[float], probing: bool, last_failure: float, now: float) -> float | None:
+        """`probe_in` for these requests in flight; None when max_limit are in flight (the ceiling holds)."""
+        if self.in_flight >= self.max_limit:
+            return None
+        return probe_in(starts, probing, last_failure, now, self.stall_after_s())
 
     def can_start(self) -> bool:
         return self.in_flight < self.current

@@ -23,7 +23,7 @@ from shipper.model import Batch, DeadLetter
 from shipper.ship import bulk as bulkproto
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient, Reply
-from shipper.ship.concurrency import AdaptiveLimit, probe_in
+from shipper.ship.concurrency import AdaptiveLimit
 
 log = logging.getLogger("shipper.output")
 
@@ -81,8 +81,8 @@ class Sender:
                 continue
             probe = False
             if not self.limit.can_start():
-                after = probe_in(self._starts.values(), self._probe is not None, self.last_transport_failure,
-                                 now, self.limit.stall_after_s())
+                after = self.limit.probe_in(self._starts.values(), self._probe is not None,
+                                            self.last_transport_failure, now)
                 if after is None or after > 0:
                     freed = self._freed
                     self._waiting += 1

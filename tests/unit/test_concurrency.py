@@ -102,3 +102,11 @@ def test_stalled_means_a_second_at_least_or_four_mean_round_trips() -> None:
     assert lim.stall_after_s() == 1.0
     lim.rtt_mean_s = 2.0
     assert lim.stall_after_s() == STALL_RTT_FACTOR * 2.0 == 8.0
+
+
+def test_a_probe_never_takes_the_requests_in_flight_past_max_limit() -> None:
+    lim = AdaptiveLimit(max_limit=2)
+    lim.started()
+    assert lim.probe_in([1.0], probing=False, last_failure=2.0, now=3.0) == 0.0   # 2 of 2 then
+    lim.started()
+    assert lim.probe_in([1.0, 1.5], probing=False, last_failure=2.0, now=3.0) is None
