@@ -25,16 +25,18 @@ STALL_MIN_S = 1.0            # and never before this
 
 
 def probe_in(starts: Iterable[float], probing: bool, last_failure: float, now: float,
-             stall_after_s: float) -> float | None:
+             stall_after_s: float, window_s: float = float("inf")) -> float | None:
     """Seconds until one request may start above the limit (0.0: now), or None: not by time alone.
 
     `starts` are the start times of the requests in flight. One is stalled when it began before
     the last transport failure (`last_failure`: sent into the fault, it may never answer) or has
     been out `stall_after_s`. When all are stalled one probe may go beside them; none while a
     probe is out (`probing`), so at most one request is ever above the limit (and never above
-    max_limit: see `AdaptiveLimit.probe_in`).
+    max_limit: see `AdaptiveLimit.probe_in`). Only within `window_s` (the request timeout) of a
+    transport failure: after that, whatever the fault left hanging has timed out, and a destination
+    that merely answers slowly is the adaptive limit's business (a probe would only add load).
     """
-    if probing:
+    if probing or now - last_failure > window_s:
         return None
     latest: float | None = None
     for start in starts:
@@ -73,11 +75,12 @@ class AdaptiveLimit:
         """How long a request may be out before it counts as stalled (see `probe_in`)."""
         return max(STALL_MIN_S, STALL_RTT_FACTOR * (self.rtt_mean_s or 0.0))
 
-    def probe_in(self, starts: Iterable[float], probing: bool, last_failure: float, now: float) -> float | None:
+    def probe_in(self, starts: Iterable[float], probing: bool, last_failure: float, now: float,
+                 window_s: float = float("inf")) -> float | None:
         """`probe_in` for these requests in flight; None when max_limit are in flight (the ceiling holds)."""
         if self.in_flight >= self.max_limit:
             return None
-        return probe_in(starts, probing, last_failure, now, self.stall_after_s())
+        return probe_in(starts, probing, last_failure, now, self.stall_after_s(), window_s)
 
     def can_start(self) -> bool:
         return self.in_flight < self.current

@@ -82,7 +82,7 @@ class Sender:
             probe = False
             if not self.limit.can_start():
                 after = self.limit.probe_in(self._starts.values(), self._probe is not None,
-                                            self.last_transport_failure, now)
+                                            self.last_transport_failure, now, self.cfg.timeout_s)
                 if after is None or after > 0:
                     freed = self._freed
                     self._waiting += 1

@@ -83,10 +83,16 @@ def test_probe_waits_until_a_request_sent_after_the_failure_is_stalled_too() -> 
     assert probe_in([10.0, 13.0], probing=False, last_failure=12.0, now=19.0, stall_after_s=5.0) == 0.0
 
 
-def test_probe_by_age_alone_without_any_failure() -> None:
+def test_probe_by_age_within_the_window_of_a_failure() -> None:
+    assert probe_in([10.0], probing=False, last_failure=9.0, now=10.5, stall_after_s=1.0, window_s=30.0) == 0.5
+    assert probe_in([10.0], probing=False, last_failure=9.0, now=11.0, stall_after_s=1.0, window_s=30.0) == 0.0
+
+
+def test_no_probe_without_a_recent_failure() -> None:
+    # a slow destination that answers is the adaptive limit's business: no probe by age alone
     never = float("-inf")
-    assert probe_in([10.0], probing=False, last_failure=never, now=10.5, stall_after_s=1.0) == 0.5
-    assert probe_in([10.0], probing=False, last_failure=never, now=11.0, stall_after_s=1.0) == 0.0
+    assert probe_in([10.0], probing=False, last_failure=never, now=100.0, stall_after_s=1.0, window_s=30.0) is None
+    assert probe_in([50.0], probing=False, last_failure=9.0, now=60.0, stall_after_s=1.0, window_s=30.0) is None
 
 
 def test_no_second_probe_while_one_is_out_and_none_with_nothing_in_flight() -> None:
