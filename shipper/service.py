@@ -35,6 +35,7 @@ from shipper.sources.journal_source import JournaldSource, is_journal_checkpoint
 from shipper.sources.journald import JournalReaderConfig
 from shipper.sources.stdin import StdinSource
 from shipper.spool import AsyncSpool, SpoolContents
+from shipper.spool.salvage import check_at_start
 
 log = logging.getLogger("shipper")
 
@@ -83,7 +84,9 @@ def write_status(state_dir: str, doc: dict[str, Any]) -> None:
 
 
 async def open_state(state_dir: str) -> AsyncSpool:
-    """The spool (queue, checkpoints, dead letters), opened off the loop."""
+    """The spool (queue, checkpoints, dead letters), opened off the loop. A damaged one raises
+    StateDamagedError (exit 3) naming the file: SQLite's quick_check first, then every record as it loads."""
+    await asyncio.to_thread(check_at_start, state_dir)
     return await AsyncSpool.open(state_dir)
 
 

@@ -10,7 +10,9 @@ worker); commands and tests use it directly while no daemon runs. Layout: `rows.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import pickle
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,6 +25,8 @@ from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool import rows
 from shipper.spool.contents import SpoolContents, shipped_offsets
+
+log = logging.getLogger("shipper.spool")
 
 T = TypeVar("T")
 Bodies = list[tuple[bytes, int]]                 # (NDJSON body, events) per batch
@@ -45,20 +49,8 @@ class Spool:
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.read_only = read_only
-        self.cache = diskcache.Cache(
-            path,
-            size_limit=2**62,
-            eviction_policy="none",
-            cull_limit=0,
-            statistics=False,
-            tag_index=False,
-            disk_min_file_size=2**30,   # bodies live in SQLite: one transaction covers everything
-            sqlite_synchronous=1,       # NORMAL in WAL mode: durable across process kill
-            # diskcache's defaults (32 MiB page cache, 64 MiB mmap) make RSS grow with the queue
-            # while the destination is slow; the queue is written and read sequentially anyway.
-            sqlite_cache_size=256,
-            sqlite_mmap_size=0,
-        )
+        self.quarantined = 0                                # batch rows set aside: they did not decode
+        self.cache = open_cache(path, self.db_path)
         self.pending: dict[int, BatchMeta] = {}
         self.checkpoints: dict[str, Checkpoint] = {}
         self.dead_letters = 0
@@ -68,7 +60,16 @@ class Spool:
         self._carrier: dict[str, int] = {}                  # incarnation -> seq whose row holds its newest checkpoint
         self._legacy: set[int] = set()                      # batches in the old two-row layout
         self._autocheckpoint: int | None = None
-        self._load()
+        try:
+            self._load()
+        except SpoolCorruptError:
+            self.cache.close()
+            raise
+        except (sqlite3.DatabaseError, *DECODE_ERRORS) as e:
+            self.cache.close()
+            if isinstance(e, sqlite3.DatabaseError) and not is_damage(e):
+                raise
+            raise SpoolCorruptError(self.db_path, None, damage_text(e)) from e
 
     # ---------------------------------------------------------------- opening
 
@@ -98,6 +99,8 @@ class Spool:
                     offer(d, None)
             elif key.startswith(rows.DEAD_LETTER):
                 self.dead_letters += 1
+            elif key.startswith(rows.QUARANTINE):
+                self.quarantined += 1
         orphans = []
         for seq in sorted(legacy):
             self.pending[seq] = rows.legacy_meta(seq, legacy[seq])
@@ -116,6 +119,7 @@ class Spool:
             assert isinstance(value, bytes)
             try:
                 row = rows.unpack_batch(key, value)
+                rows.batch_body(row, value)       # the crc32 too: damage is found at start, not mid-run
             except rows.BadRow as e:
                 raise SpoolCorruptError(self.db_path, key, str(e)) from e
             self.pending[key] = row.meta
@@ -289,7 +293,28 @@ class Spool:
         return incs
 
     def read(self, seq: int) -> bytes | None:
-        """A queued batch's stored body, or None when it is not queued. Raises SpoolCorruptError."""
+        """A queued batch's stored body, or None when it is not queued. A row that does not decode
+        (its checksum or header is wrong, or SQLite cannot read it) is quarantined, never raised:
+        see `quarantine`; None then too (the sender drops it from the outbox)."""
+        try:
+            value = self.cache.get(seq)
+        except (sqlite3.DatabaseError, *DECODE_ERRORS) as e:
+            if isinstance(e, sqlite3.DatabaseError) and not is_damage(e):
+                raise
+            self.quarantine(seq, damage_text(e), b"")
+            return None
+        if not isinstance(value, bytes):
+            return None
+        if seq in self._legacy:
+            return value
+        try:
+            return rows.batch_body(rows.unpack_batch(seq, value), value)
+        except rows.BadRow as e:
+            self.quarantine(seq, str(e), value)
+            return None
+
+    def read_strict(self, seq: int) -> bytes | None:
+        """`read` that raises SpoolCorruptError instead of quarantining (for tools and tests)."""
         value = self.cache.get(seq)
         if not isinstance(value, bytes):
             return None
@@ -299,6 +324,64 @@ class Spool:
             return rows.batch_body(rows.unpack_batch(seq, value), value)
         except rows.BadRow as e:
             raise SpoolCorruptError(self.db_path, seq, str(e)) from e
+
+    def quarantine(self, seq: int, reason: str, value: bytes) -> bool:
+        """Move a batch row that does not decode out of the queue, into a "q:<seq>" row (with the
+        file ranges its header names, when it still decodes), in one transaction. Logged as a
+        warning naming the file ranges, counted in `quarantined` (`shipper status`, `shipper state
+        check`). The checkpoints it carried stay where they were: a restart does not read those
+        lines again (they are in the quarantine, and in the file while it exists). False when the
+        move could not be written (a full disk): the row stays and is tried again at the next start."""
+        meta = self.pending.get(seq)
+        q = rows.quarantine_value(seq, reason, value, time.time())
+        if meta is not None and not q["covers"]:
+            q["covers"], q["events"] = dict(meta.covers), meta.events
+        carried = self._carries.get(seq, {})
+        settle = {inc: d for inc, d in carried.items() if self._carrier.get(inc) == seq}
+
+        def tx() -> None:
+            with self.cache.transact():
+                self.cache.set(f"{rows.QUARANTINE}{seq:016d}", q)
+                self.cache.delete(seq)
+                if seq in self._legacy:
+                    self.cache.delete(f"{rows.LEGACY_META}{seq}")
+                for inc, stored_cp in settle.items():
+                    self.cache.set(rows.CHECKPOINT + inc, stored_cp)
+
+        moved = True
+        try:
+            self._guard(tx)
+        except (SpoolFullError, sqlite3.Error) as e:
+            moved = False
+            log.error("corrupt queue record not quarantined", extra={"file": self.db_path, "seq": seq,
+                                                                     "error": str(e)})
+        paths = {inc: d.get("path") for inc, d in carried.items()}
+        for inc in q["covers"]:
+            cp = self.checkpoints.get(inc)
+            if cp is not None:
+                paths.setdefault(inc, cp.path)
+        log.warning("corrupt queue record quarantined", extra={
+            "file": self.db_path, "seq": seq, "reason": reason, "events": q["events"],
+            "ranges": [{"path": paths.get(inc), "incarnation": inc, "from": r[0], "to": r[1]}
+                       for inc, r in q["covers"].items()]})
+        if moved:
+            self.pending.pop(seq, None)
+            self._carries.pop(seq, None)
+            self._legacy.discard(seq)
+            for inc in settle:
+                self._carrier.pop(inc, None)
+            self.quarantined += 1
+        return moved
+
+    def quarantined_items(self) -> list[dict[str, Any]]:
+        out = []
+        for key in self.cache.iterkeys():
+            if isinstance(key, str) and key.startswith(rows.QUARANTINE):
+                v = self.cache.get(key)
+                if isinstance(v, dict):
+                    out.append(v)
+        out.sort(key=lambda v: int(v.get("seq", 0)))
+        return out
 
     def ack(self, seq: int, dead: Sequence[DeadLetter] = ()) -> int:
         """Elasticsearch acknowledged the batch: it leaves, its dead letters (if any) are stored in
@@ -405,3 +488,46 @@ class Spool:
             self.next_seq = out[-1][0].seq + 1
         self.dead_letters = 0
         return out
+
+
+# ---------------------------------------------------------------- damage (issue 19)
+
+DECODE_ERRORS = (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError, IndexError)
+_DAMAGE_CODES = (11, 26)        # SQLITE_CORRUPT ("database disk image is malformed"), SQLITE_NOTADB
+
+
+def is_damage(e: BaseException) -> bool:
+    """SQLite says the file is damaged (not busy, not full, not an I/O error)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(e, sqlite3.DatabaseError) and code is not None:
+        return code & 0xFF in _DAMAGE_CODES
+    text = str(e)
+    return isinstance(e, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text)
+
+
+def damage_text(e: BaseException) -> str:
+    if isinstance(e, sqlite3.DatabaseError):
+        return f"SQLite: {e}"
+    return f"a stored record does not decode ({type(e).__name__}: {e})"
+
+
+def open_cache(path: str, db_path: str) -> diskcache.Cache:
+    try:
+        return diskcache.Cache(
+            path,
+            size_limit=2**62,
+            eviction_policy="none",
+            cull_limit=0,
+            statistics=False,
+            tag_index=False,
+            disk_min_file_size=2**30,   # bodies live in SQLite: one transaction covers everything
+            sqlite_synchronous=1,       # NORMAL in WAL mode: durable across process kill
+            # diskcache's defaults (32 MiB page cache, 64 MiB mmap) make RSS grow with the queue
+            # while the destination is slow; the queue is written and read sequentially anyway.
+            sqlite_cache_size=256,
+            sqlite_mmap_size=0,
+        )
+    except sqlite3.DatabaseError as e:
+        if is_damage(e):
+            raise SpoolCorruptError(db_path, None, damage_text(e)) from e
+        raise
