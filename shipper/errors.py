@@ -45,6 +45,7 @@ class SpoolFullError(ShipperError):
     """The disk under state_dir is full: reading pauses and the commit is retried."""
 
     retryable = True
+    logged = False      # True: the spool's headroom already logged this episode (issue 19)
 
 
 class StateDamagedError(ShipperError):

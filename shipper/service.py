@@ -299,6 +299,10 @@ class Service:
             return
         now = time.monotonic()
         snap = p.snapshot()
+        if self.spool is not None:              # issue 19: the state dir's room
+            room = self.spool.room()
+            self.metrics.set("shipper_state_dir_full", 1 if room["full"] else 0)
+            self.metrics.set("shipper_state_dir_free_bytes", room["free_bytes"] or 0)
         files = self.monitor.sample(snap, now)
         self.monitor.progress(snap, now, files)
 
@@ -306,7 +310,10 @@ class Service:
         return self.pipeline.snapshot() if self.pipeline is not None else None
 
     def status_doc(self) -> dict[str, Any]:
-        return self.monitor.status_doc(self.snapshot(), time.monotonic())
+        doc = self.monitor.status_doc(self.snapshot(), time.monotonic())
+        if self.spool is not None:              # issue 19: {"full", "free_bytes", "reserve_bytes", "quarantined"}
+            doc["state_dir"] = {"path": self.cfg.state_dir, **self.spool.room()}
+        return doc
 
     def _write_status_safe(self, doc: dict[str, Any] | None = None) -> None:
         try:

@@ -25,6 +25,7 @@ from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool import rows
 from shipper.spool.contents import SpoolContents, shipped_offsets
+from shipper.spool.headroom import Headroom
 
 log = logging.getLogger("shipper.spool")
 
@@ -42,7 +43,7 @@ class Spool:
     dry), so under load an ack is one delete. Checkpoint-only commits write `c:` rows directly.
     """
 
-    def __init__(self, state_dir: str, *, read_only: bool = False) -> None:
+    def __init__(self, state_dir: str, *, read_only: bool = False, headroom: bool = False) -> None:
         path = os.path.join(state_dir, "spool")
         if read_only and not os.path.isdir(path):
             raise FileNotFoundError(path)
@@ -50,6 +51,8 @@ class Spool:
         self.path = path
         self.read_only = read_only
         self.quarantined = 0                                # batch rows set aside: they did not decode
+        # the daemon's spool keeps room for acks on a full disk (issue 19); tools and tests do not
+        self.headroom = Headroom(state_dir) if headroom and not read_only else None
         self.cache = open_cache(path, self.db_path)
         self.pending: dict[int, BatchMeta] = {}
         self.checkpoints: dict[str, Checkpoint] = {}
@@ -70,6 +73,7 @@ class Spool:
             if isinstance(e, sqlite3.DatabaseError) and not is_damage(e):
                 raise
             raise SpoolCorruptError(self.db_path, None, damage_text(e)) from e
+        self._limit_wal()
 
     # ---------------------------------------------------------------- opening
 
@@ -181,9 +185,12 @@ class Spool:
             self._recover()
             # SQLITE_FULL only (SQLite reports ENOSPC so): "database disk image is malformed"
             # is damage, not a full disk (issue 19 saw it reported as "state dir is full")
-            if isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL:
-                raise SpoolFullError(f"state_dir is full: {e}") from e
-            if isinstance(e, OSError) and e.errno == 28:      # ENOSPC
+            full = (isinstance(e, sqlite3.Error)
+                    and (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL) or \
+                (isinstance(e, OSError) and e.errno == 28)     # ENOSPC
+            if full:
+                if self.headroom is not None:
+                    self.headroom.hit_full()        # the reserve goes: acks and checkpoints get room
                 raise SpoolFullError(f"state_dir is full: {e}") from e
             raise
 
@@ -194,6 +201,7 @@ class Spool:
         except (diskcache.Timeout, sqlite3.Error):   # BEGIN failed: a transaction is still open here
             pass
         self.cache.close()
+        self._limit_wal()
         if self._autocheckpoint is not None:
             try:
                 self.cache.reset("sqlite_wal_autocheckpoint", self._autocheckpoint, update=False)
@@ -229,6 +237,7 @@ class Spool:
         if not stored:
             self._write_checkpoints(stamped)
             return []
+        self._check_room(sum(len(st) for st, _, _ in stored))
         now = time.time()
         out: list[tuple[BatchMeta, bytes]] = []
         values: list[tuple[int, bytes]] = []
@@ -437,6 +446,44 @@ class Spool:
         self._legacy.discard(seq)
         self.pending[seq] = new
         return new
+
+    # ---------------------------------------------------------------- room (issue 19)
+
+    def _limit_wal(self) -> None:
+        """With headroom: the WAL file is cut back to the margin whenever a checkpoint resets it,
+        so its size is what the next checkpoint may still have to copy into the database file."""
+        if self.headroom is not None:
+            try:
+                self.cache.reset("sqlite_journal_size_limit", self.headroom.reserve_bytes, update=False)
+            except sqlite3.Error:
+                pass            # applied again when the connection is next opened by _recover
+
+    def _check_room(self, nbytes: int) -> None:
+        """New batches only while the margin for acks stays free beyond what they need: `nbytes` in
+        the WAL, then again in the database file when the WAL is checkpointed, plus what the WAL
+        already holds (a checkpoint copies it into the database file, which may have to grow: with
+        no room for that the WAL can never restart and no ack could be written: the wedge of issue
+        19). Raises SpoolFullError: the writer waits it out, reading paused."""
+        h = self.headroom
+        if h is None:
+            return
+        try:
+            wal = os.path.getsize(self.db_path + "-wal")
+        except OSError:
+            wal = 0
+        if not h.may_write(2 * nbytes + wal, queue_empty=not self.pending):
+            e = SpoolFullError(f"state_dir is full: {h.free_bytes} bytes free, "
+                               f"{h.reserve_bytes} kept for acks and checkpoints")
+            e.logged = True
+            raise e
+
+    def room(self) -> dict[str, Any]:
+        """For status and metrics: is the state dir full, its free bytes (statvfs, fresh)."""
+        h = self.headroom
+        if h is None:
+            return {"full": False, "free_bytes": None, "reserve_bytes": 0, "quarantined": self.quarantined}
+        return {"full": h.full, "free_bytes": h.measure(), "reserve_bytes": h.reserve_bytes if h.has_reserve else 0,
+                "quarantined": self.quarantined}
 
     # ---------------------------------------------------------------- dead letters
 
