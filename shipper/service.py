@@ -55,8 +55,11 @@ class StateLock:
         except BlockingIOError:
             os.close(self.fd)
             raise ShipperError(f"another shipper is running with state_dir {state_dir}") from None
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, str(os.getpid()).encode())
+        except OSError:
+            pass            # a full disk (issue 19): the flock is the lock, the pid only a note
 
     def release(self) -> None:
         try:

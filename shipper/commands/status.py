@@ -24,7 +24,8 @@ from shipper.ship.client import redact_url
 from shipper.sources.journal import journal_key, status_entry
 from shipper.sources.journal_source import is_journal_checkpoint
 from shipper.sources.journald import JOURNALCTL, read_head_sync
-from shipper.spool import Spool, SpoolContents
+from shipper.spool import SpoolContents
+from shipper.spool.salvage import read_stopped
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
 ASK_TIMEOUT_S = 2.0
@@ -162,11 +163,7 @@ def collect(cfg: Config) -> dict[str, Any]:
     if not os.path.isdir(os.path.join(state_dir, "spool")):
         out["journald"] = _stopped_journald(cfg, None)
         return out
-    spool = Spool(state_dir, read_only=True)
-    try:
-        contents = spool.contents()
-    finally:
-        spool.close()
+    contents = read_stopped(state_dir)        # issue 19: readable on a full disk too
     out["files"] = _stopped_files(contents)
     out["journald"] = _stopped_journald(cfg, contents)
     out["queue"] = {"events": contents.queued_events, "bytes": contents.queued_bytes}

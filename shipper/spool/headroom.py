@@ -132,3 +132,13 @@ class Headroom:
             return False
         finally:
             os.close(fd)
+
+
+def release_reserve(state_dir: str) -> bool:
+    """Delete state_dir/reserve (before a Headroom exists: opening on a full disk). True if it was there."""
+    try:
+        os.unlink(os.path.join(state_dir, RESERVE_FILE))
+    except OSError:
+        return False
+    log.warning("state_dir is full: reserve released to open the spool", extra={"state_dir": state_dir})
+    return True

@@ -18,9 +18,10 @@ from typing import Any
 
 import diskcache
 
-from shipper.errors import StateDamagedError
+from shipper.errors import ShipperError, StateDamagedError
 from shipper.model import BatchMeta, Checkpoint
 from shipper.spool import rows
+from shipper.spool.contents import SpoolContents
 from shipper.spool.store import DECODE_ERRORS, Spool, damage_text, is_damage, open_cache
 
 DB_NAME = diskcache.core.DBNAME          # cache.db
@@ -37,10 +38,12 @@ def db_path(state_dir: str) -> str:
 
 def quick_check(path: str) -> list[str]:
     """SQLite's `PRAGMA quick_check` (b-tree structure, page and cell layout; not index contents):
-    [] when sound, else its messages (or the error opening the file raised)."""
+    [] when sound, else its messages. An error that is not damage (a full disk, I/O) is raised."""
     try:
         con = sqlite3.connect(path, isolation_level=None)
-    except sqlite3.Error as e:
+    except sqlite3.DatabaseError as e:
+        if not is_damage(e):
+            raise
         return [f"SQLite: {e}"]
     try:
         got = [str(r[0]) for r in con.execute("PRAGMA quick_check").fetchall()]
@@ -63,7 +66,12 @@ def check_at_start(state_dir: str) -> None:
     path = db_path(state_dir)
     if not os.path.exists(path):
         return
-    problems = quick_check(path)
+    try:
+        problems = quick_check(path)
+    except sqlite3.Error:
+        # not damage (a full disk: even a read may need the -shm file): the open decides, and on a
+        # full disk gives the reserve back first (store.Spool)
+        return
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise StateDamagedError(path, f"SQLite quick_check: {problems[0]}{more}")
@@ -198,14 +206,20 @@ def _scan_index(con: sqlite3.Connection) -> dict[int, tuple[Any, Any]]:
     return out
 
 
-def inspect(state_dir: str) -> Inspection:
-    """Read every row of state_dir/spool/cache.db that can be read and sort it: usable or bad."""
+def inspect(state_dir: str, *, immutable: bool = False) -> Inspection:
+    """Read every row of state_dir/spool/cache.db that can be read and sort it: usable or bad.
+    `immutable`: open it as a file nobody writes (no -shm, no lock, the WAL not read), for a
+    stopped daemon's spool on a full disk; no quick_check then."""
     path = db_path(state_dir)
     ins = Inspection(path)
-    ins.sqlite_problems = quick_check(path)
+    if not immutable:
+        try:
+            ins.sqlite_problems = quick_check(path)
+        except sqlite3.Error as e:
+            raise ShipperError(f"{path} cannot be checked: SQLite: {e} (is the disk full?)") from e
     disk = diskcache.Disk(os.path.dirname(path))
     try:
-        con = sqlite3.connect(path, isolation_level=None)
+        con = sqlite3.connect(f"file:{path}?immutable=1" if immutable else path, isolation_level=None, uri=immutable)
     except sqlite3.Error as e:
         ins.sqlite_problems.append(f"SQLite: {e}")
         return ins
@@ -286,6 +300,22 @@ def _sort_row(ins: Inspection, disk: diskcache.Disk, rid: int, r: tuple[Any, ...
             ins.others[key] = value
     except (AssertionError, *DECODE_ERRORS) as e:
         ins.bad.append(Bad(key, rid, f"does not decode ({type(e).__name__}: {e})"))
+
+
+def read_stopped(state_dir: str) -> SpoolContents:
+    """What a stopped daemon's spool holds, for `shipper status`: through Spool, or, when opening
+    it cannot write (diskcache writes its settings at open: a full disk), read as an immutable file."""
+    try:
+        spool = Spool(state_dir, read_only=True)
+    except sqlite3.OperationalError:
+        ins = inspect(state_dir, immutable=True)
+        cps = newest_checkpoints(ins.checkpoints.values(), (row for _v, row in ins.batches.values()))
+        return SpoolContents(tuple(row.meta for _s, (_v, row) in sorted(ins.batches.items())),
+                             tuple(Checkpoint.from_dict(d) for d in cps.values()), len(ins.dead_letters))
+    try:
+        return spool.contents()
+    finally:
+        spool.close()
 
 
 # ================================================================ what was lost (pure)

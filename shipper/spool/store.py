@@ -25,7 +25,7 @@ from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool import rows
 from shipper.spool.contents import SpoolContents, shipped_offsets
-from shipper.spool.headroom import Headroom
+from shipper.spool.headroom import Headroom, release_reserve
 
 log = logging.getLogger("shipper.spool")
 
@@ -53,7 +53,14 @@ class Spool:
         self.quarantined = 0                                # batch rows set aside: they did not decode
         # the daemon's spool keeps room for acks on a full disk (issue 19); tools and tests do not
         self.headroom = Headroom(state_dir) if headroom and not read_only else None
-        self.cache = open_cache(path, self.db_path)
+        try:
+            self.cache = open_cache(path, self.db_path)
+        except sqlite3.OperationalError:
+            # opening writes diskcache's settings: on a full disk the daemon gives its reserve back
+            # (spool/headroom.py) and tries once more, so it starts and can ack (issue 19)
+            if not headroom or not release_reserve(state_dir):
+                raise
+            self.cache = open_cache(path, self.db_path)
         self.pending: dict[int, BatchMeta] = {}
         self.checkpoints: dict[str, Checkpoint] = {}
         self.dead_letters = 0

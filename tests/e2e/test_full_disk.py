@@ -100,3 +100,40 @@ def test_sigterm_on_a_full_disk_is_prompt_and_a_restart_delivers_everything(
     wait_until(lambda: es.count() >= LINES, lambda: f"{LINES} documents (have {es.count()})", timeout_s=180)
     es.assert_exactly_once(range(LINES))
     assert _timed_stop(d) < SHUTDOWN_TIMEOUT_S + 3
+
+
+def _fill(fs: Path) -> Path:
+    """Another writer takes every free block of the filesystem."""
+    filler = fs / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(bytes(64 * 1024))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_disk_filled_by_another_writer_a_restart_on_it_and_space_given_back(
+        tmp_path: Path, small_fs: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
+    fault_proxy.down()
+    app, d = _start(tmp_path, fault_proxy.url, small_fs, daemon_factory)
+    write_lines(app, range(3000), line_fn=_line)
+    wait_until(lambda: d.status_json()["queue"]["events"] == 3000, "3000 events queued")
+    filler = _fill(small_fs)
+    assert (small_fs / "reserve").exists()
+    write_lines(app, range(3000, 4000), line_fn=_line)
+    wait_until(lambda: _full(d), "shipper_state_dir_full 1", timeout_s=60)
+    assert _timed_stop(d) < SHUTDOWN_TIMEOUT_S + 3
+    d.start()                                   # starts on a disk with not a block free
+    d.wait_ready(30)
+    fault_proxy.up()
+    wait_until(lambda: es.count() >= 3000, lambda: f"the 3000 queued delivered (have {es.count()})", timeout_s=120)
+    filler.unlink()                             # space comes back: reading resumes by itself
+    write_lines(app, range(4000, 4500), line_fn=_line)
+    wait_until(lambda: es.count() >= 4500, lambda: f"4500 documents (have {es.count()})", timeout_s=120)
+    es.assert_exactly_once(range(4500))
+    wait_until(lambda: not _full(d), "shipper_state_dir_full 0 again")
+    assert (small_fs / "reserve").exists()
+    assert _timed_stop(d) < SHUTDOWN_TIMEOUT_S + 3
