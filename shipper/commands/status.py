@@ -252,6 +252,12 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
     lines.append(f"queue:   {q.get('events', 0):,} events ({human_bytes(q.get('bytes', 0))})   "
                  f"dead letters: {doc.get('dead_letter', 0):,}"
                  + ("   (see: shipper dlq list)" if doc.get("dead_letter") else ""))
+    sd = doc.get("state_dir") or {}
+    if sd.get("full") or sd.get("quarantined"):          # issue 19: docs/state.md
+        lines.append("state:   " + "   ".join(
+            ([f"state_dir FULL ({human_bytes(sd.get('free_bytes'))} free): reading paused, sending goes on"]
+             if sd.get("full") else [])
+            + ([f"{sd['quarantined']} quarantined record(s) (see: shipper state check)"] if sd.get("quarantined") else [])))
     if doc.get("lag_bytes"):
         eta = f"   ETA {human_duration(doc['eta_s'])}" if doc.get("eta_s") is not None else ""
         lines.append(f"backlog: {human_bytes(doc['lag_bytes'])} not yet shipped{eta}")

@@ -52,3 +52,13 @@ def test_the_reserve_is_made_released_on_a_full_disk_and_made_again(tmp_path: Pa
     assert not h.may_write(MiB)                          # room, but the queue is not drained yet
     assert h.may_write(MiB, queue_empty=True) and not h.full
     assert h.has_reserve and reserve.stat().st_size == MiB
+
+
+def test_status_says_the_state_dir_is_full_and_counts_quarantined_records() -> None:
+    from shipper.commands.status import render
+    doc = {"running": True, "pid": 1, "output": {"up": True}, "queue": {"events": 5, "bytes": 10},
+           "state_dir": {"full": True, "free_bytes": 2048, "quarantined": 1}}
+    text = render(doc, "/var/lib/shipper", 0.0)
+    assert "state_dir FULL (2.0 KiB free): reading paused" in text
+    assert "1 quarantined record(s) (see: shipper state check)" in text
+    assert "state:" not in render({**doc, "state_dir": {"full": False, "quarantined": 0}}, "/x", 0.0)
