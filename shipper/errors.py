@@ -45,13 +45,31 @@ class SpoolFullError(ShipperError):
     """The disk under state_dir is full: reading pauses and the commit is retried."""
 
     retryable = True
+    logged = False      # True: the spool's headroom already logged this episode (issue 19)
 
 
-class SpoolCorruptError(ShipperError):
-    """A stored batch does not decode (its checksum or header is wrong): names the file and the batch."""
+class StateDamagedError(ShipperError):
+    """The state dir cannot be used as it is (a damaged spool file): exit code 3, which the service
+    manager does not restart into. Names the file, says what is wrong and what to do."""
 
-    def __init__(self, path: str, seq: int, what: str) -> None:
+    exit_code = 3
+
+    def __init__(self, path: str, what: str) -> None:
         self.path = path
-        self.seq = seq
         self.what = what
-        super().__init__(f"{path}: batch {seq}: {what}")
+        super().__init__(path, what)
+
+    def __str__(self) -> str:
+        return (f"state dir damaged: {self.path}: {self.what}. The daemon does not start on it; "
+                "run `shipper state repair` (with the same -c or --state-dir) to salvage what can be read "
+                "into a fresh spool: the damaged file is kept beside it and what was lost is listed")
+
+
+class SpoolCorruptError(StateDamagedError):
+    """A stored record does not decode (its checksum, header or pickle is wrong), or SQLite says the
+    file is malformed: names the file and, where known, the batch (`seq`)."""
+
+    def __init__(self, path: str, seq: int | None, what: str) -> None:
+        self.seq = seq
+        super().__init__(path, what if seq is None else f"batch {seq}: {what}")
+        self.args = (path, seq, what)

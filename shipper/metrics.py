@@ -72,6 +72,8 @@ HELP = {
     "shipper_journal_entries_lost_total": ("counter", "Journal entries vacuumed before they were read (from sequence-number distances)."),
     "shipper_journal_reader_restarts_total": ("counter", "Times a journald input's journalctl child ended and was started again."),
     "shipper_journal_entries_skipped_total": ("counter", "Journal entries skipped: not JSON, no cursor, or over the size limit."),
+    "shipper_state_dir_full": ("gauge", "1 while the state dir's filesystem is full: reading paused, sending and acking go on (issue 19)."),
+    "shipper_state_dir_free_bytes": ("gauge", "Bytes free on the state dir's filesystem (statvfs, for unprivileged users)."),
     "shipper_bulk_latency_seconds": ("histogram", "Bulk request latency, answered requests only."),
     "shipper_bulk_docs": ("histogram", "Documents per bulk request."),
     "shipper_bulk_request_bytes": ("histogram", "Bytes per bulk request body, as sent (compressed when gzip is on)."),

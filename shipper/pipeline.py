@@ -116,6 +116,10 @@ class Pipeline:
         (or until `force`), then cancel what is left and close the files. True if all was delivered."""
         self.stopping.set()
         self.wake.set()               # the reader may be waiting for the next write
+        # issue 19: one deadline for everything, a full disk included (a write waiting out a full
+        # disk gives up at it; what it held moved no checkpoint and is read again at the next start)
+        deadline = self.clock.monotonic() + max(timeout_s, 0.0)
+        self.disk.give_up_at = deadline
         main = self._main
         delivered = False
         if main is not None and not main.done():
@@ -129,7 +133,8 @@ class Pipeline:
                                return_when=asyncio.FIRST_COMPLETED)
             reading.cancel()
             if not main.done():
-                await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=max(0.0, deadline - self.clock.monotonic()),
+                                   return_when=asyncio.FIRST_COMPLETED)
             if forced is not None:
                 forced.cancel()
             delivered = main.done() and not main.cancelled() and main.exception() is None
@@ -252,7 +257,8 @@ class Pipeline:
         try:
             for s in self.sources:
                 await s.stop()
-            self.disk.give_up_at = self.clock.monotonic() + self.cfg.shutdown_timeout_s
+            if self.disk.give_up_at is None:
+                self.disk.give_up_at = self.clock.monotonic() + self.cfg.shutdown_timeout_s
             try:
                 await self.writer.commit()
             except SpoolFullError:

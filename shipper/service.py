@@ -35,6 +35,7 @@ from shipper.sources.journal_source import JournaldSource, is_journal_checkpoint
 from shipper.sources.journald import JournalReaderConfig
 from shipper.sources.stdin import StdinSource
 from shipper.spool import AsyncSpool, SpoolContents
+from shipper.spool.salvage import check_at_start
 
 log = logging.getLogger("shipper")
 
@@ -57,8 +58,11 @@ class StateLock:
         except BlockingIOError:
             os.close(self.fd)
             raise ShipperError(f"another shipper is running with state_dir {state_dir}") from None
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, str(os.getpid()).encode())
+        except OSError:
+            pass            # a full disk (issue 19): the flock is the lock, the pid only a note
 
     def release(self) -> None:
         try:
@@ -86,7 +90,9 @@ def write_status(state_dir: str, doc: dict[str, Any]) -> None:
 
 
 async def open_state(state_dir: str) -> AsyncSpool:
-    """The spool (queue, checkpoints, dead letters), opened off the loop."""
+    """The spool (queue, checkpoints, dead letters), opened off the loop. A damaged one raises
+    StateDamagedError (exit 3) naming the file: SQLite's quick_check first, then every record as it loads."""
+    await asyncio.to_thread(check_at_start, state_dir)
     return await AsyncSpool.open(state_dir)
 
 
@@ -306,6 +312,10 @@ class Service:
             return
         now = time.monotonic()
         snap = p.snapshot()
+        if self.spool is not None:              # issue 19: the state dir's room
+            room = self.spool.room()
+            self.metrics.set("shipper_state_dir_full", 1 if room["full"] else 0)
+            self.metrics.set("shipper_state_dir_free_bytes", room["free_bytes"] or 0)
         files = self.monitor.sample(snap, now)
         self.monitor.progress(snap, now, files)
 
@@ -313,7 +323,10 @@ class Service:
         return self.pipeline.snapshot() if self.pipeline is not None else None
 
     def status_doc(self) -> dict[str, Any]:
-        return self.monitor.status_doc(self.snapshot(), time.monotonic())
+        doc = self.monitor.status_doc(self.snapshot(), time.monotonic())
+        if self.spool is not None:              # issue 19: {"full", "free_bytes", "reserve_bytes", "quarantined"}
+            doc["state_dir"] = {"path": self.cfg.state_dir, **self.spool.room()}
+        return doc
 
     def _write_status_safe(self, doc: dict[str, Any] | None = None) -> None:
         try:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from shipper import __version__, settings
 from shipper.config import DEFAULT_CONFIG_PATH, Config
-from shipper.errors import ConfigError, ShipperError
+from shipper.errors import ConfigError, ShipperError, StateDamagedError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--print", action="store_true", dest="print_only",
                    help="print the template as JSON, install nothing")
     t.add_argument("--force", action="store_true", help="replace an existing template named shipper")
+    st = sub.add_parser("state", help="check the state dir (spool, checkpoints, dead letters); repair a damaged one")
+    st.add_argument("action", choices=("check", "repair"))
+    with_config(st)
+    st.add_argument("--state-dir", help="this state dir (without -c no config is needed)")
     dm = sub.add_parser("demo", help="the whole pipeline on an embedded OpenSearch-compatible server")
     dm.add_argument("--lines", type=int, default=3000, help="sample lines to write (default 3000)")
     return p
@@ -88,12 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "template":
             from shipper.commands.template import template
             return template(args.config, print_only=args.print_only, force=args.force)
+        if args.command == "state":
+            from shipper.commands.state import state
+            return state(args.config, args.action, state_dir=args.state_dir)
         if args.command == "demo":
             from shipper.commands.demo import demo
             return demo(lines=args.lines)
     except ConfigError as e:
         print(f"shipper: {e}", file=sys.stderr)
         return 2
+    except StateDamagedError as e:       # exit 3: the unit does not restart into it
+        print(f"shipper: {e}", file=sys.stderr)
+        return 3
     except ShipperError as e:
         print(f"shipper: {e}", file=sys.stderr)
         return 1

@@ -101,8 +101,9 @@ ExecStart={executable} run -c {config_path}
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec=5
-# Exit 2 is an invalid config: restarting cannot fix it.
-RestartPreventExitStatus=2
+# Exit 2 is an invalid config, exit 3 a damaged state dir (`shipper state repair`):
+# restarting cannot fix either.
+RestartPreventExitStatus=2 3
 WatchdogSec=60
 # SIGTERM to the daemon first (it flushes within shutdown_timeout and checkpoints), SIGKILL
 # to whatever is left after 30 s.
@@ -139,8 +140,9 @@ stop on runlevel [!2345]
 
 respawn
 respawn limit 10 5
-# Exit 2 is an invalid config: respawning cannot fix it.
-normal exit 0 2
+# Exit 2 is an invalid config, exit 3 a damaged state dir (`shipper state repair`):
+# respawning cannot fix either.
+normal exit 0 2 3
 setuid {SERVICE_USER}
 # SIGTERM, then SIGKILL after 30 s: shipper flushes within shutdown_timeout and checkpoints.
 kill timeout 30

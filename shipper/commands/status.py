@@ -24,7 +24,8 @@ from shipper.ship.client import redact_url
 from shipper.sources.journal import journal_key, status_entry
 from shipper.sources.journal_source import is_journal_checkpoint
 from shipper.sources.journald import JOURNALCTL, read_head_sync
-from shipper.spool import Spool, SpoolContents
+from shipper.spool import SpoolContents
+from shipper.spool.salvage import read_stopped
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
 ASK_TIMEOUT_S = 2.0
@@ -163,11 +164,7 @@ def collect(cfg: Config) -> dict[str, Any]:
     if not os.path.isdir(os.path.join(state_dir, "spool")):
         out["journald"] = _stopped_journald(cfg, None)
         return out
-    spool = Spool(state_dir, read_only=True)
-    try:
-        contents = spool.contents()
-    finally:
-        spool.close()
+    contents = read_stopped(state_dir)        # issue 19: readable on a full disk too
     out["files"] = _stopped_files(contents)
     out["journald"] = _stopped_journald(cfg, contents)
     out["queue"] = {"events": contents.queued_events, "bytes": contents.queued_bytes}
@@ -257,6 +254,12 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
     lines.append(f"queue:   {q.get('events', 0):,} events ({human_bytes(q.get('bytes', 0))})   "
                  f"dead letters: {doc.get('dead_letter', 0):,}"
                  + ("   (see: shipper dlq list)" if doc.get("dead_letter") else ""))
+    sd = doc.get("state_dir") or {}
+    if sd.get("full") or sd.get("quarantined"):          # issue 19: docs/state.md
+        lines.append("state:   " + "   ".join(
+            ([f"state_dir FULL ({human_bytes(sd.get('free_bytes'))} free): reading paused, sending goes on"]
+             if sd.get("full") else [])
+            + ([f"{sd['quarantined']} quarantined record(s) (see: shipper state check)"] if sd.get("quarantined") else [])))
     if doc.get("lag_bytes"):
         eta = f"   ETA {human_duration(doc['eta_s'])}" if doc.get("eta_s") is not None else ""
         lines.append(f"backlog: {human_bytes(doc['lag_bytes'])} not yet shipped{eta}")

@@ -35,7 +35,7 @@ ACK_LINGER_S = 0.5
 
 
 def _open(state_dir: str) -> Spool:
-    spool = Spool(state_dir)
+    spool = Spool(state_dir, headroom=True)      # room kept for acks on a full disk (issue 19)
     spool.set_autocheckpoint(0)     # on the spool thread's connection: the checkpointer thread does it
     return spool
 
@@ -185,6 +185,11 @@ class AsyncSpool:
         n = await self._call(self._spool.purge_dead_letters)
         self.dead_letters = 0
         return n
+
+    def room(self) -> dict[str, Any]:
+        """Issue 19: the state dir's room (full, free_bytes) and the quarantined records; a statvfs,
+        safe from the loop thread (it reads no table)."""
+        return self._spool.room()
 
     async def flush(self) -> None:
         """Returns once every call submitted before it has finished (the worker runs them in order),

@@ -6,6 +6,8 @@ The layout (diskcache keys -> values, all through diskcache's public get/set/del
                      commit is one set() (see store.Spool for why, and when they move).
     "c:<inc>"        a file incarnation's checkpoint (Checkpoint.to_dict() + "v")
     "d:<n:016d>"     a dead letter (dict), numbered by "n:dlq"
+    "q:<seq>"        a batch row that did not decode when it was read to be sent (dict: seq, reason,
+                     covers when its header decoded, the value as stored); see store.Spool.read
 Written by 073664d and earlier (read, acked and replaced, never written any more):
     <seq>            the bare stored body, its metadata in
     "m:<seq>"        {"events", "raw_bytes", "stored_bytes", "gzipped", "covers", "at"}
@@ -28,6 +30,7 @@ CHECKPOINT = "c:"
 LEGACY_META = "m:"
 DEAD_LETTER = "d:"
 NEXT_DEAD_LETTER = "n:dlq"
+QUARANTINE = "q:"
 
 MAGIC = b"\x00SB"        # a legacy body starts with "{" (NDJSON) or 0x1f 0x8b (gzip), never with NUL
 VERSION = 1
@@ -92,3 +95,16 @@ def legacy_meta(seq: int, m: dict[str, Any]) -> BatchMeta:
 
 def dead_letter_value(index: str, reason: str, status: int, document: bytes, at: float, doc_id: str) -> dict[str, Any]:
     return {"index": index, "reason": reason, "status": status, "document": document, "at": at, "id": doc_id}
+
+
+def quarantine_value(seq: int, reason: str, value: bytes, at: float) -> dict[str, Any]:
+    """A batch row set aside because it does not decode: what is known of it (the covers, from its
+    header when that still decodes) and the bytes as stored, for a human to look at."""
+    covers: dict[str, tuple[int, int]] = {}
+    events = None
+    try:
+        row = unpack_batch(seq, value)
+        covers, events = dict(row.meta.covers), row.meta.events
+    except BadRow:
+        pass
+    return {"seq": seq, "reason": reason, "covers": covers, "events": events, "at": at, "value": bytes(value)}

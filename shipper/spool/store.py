@@ -10,7 +10,9 @@ worker); commands and tests use it directly while no daemon runs. Layout: `rows.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import pickle
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,6 +25,9 @@ from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool import rows
 from shipper.spool.contents import SpoolContents, shipped_offsets
+from shipper.spool.headroom import Headroom, release_reserve
+
+log = logging.getLogger("shipper.spool")
 
 T = TypeVar("T")
 Bodies = list[tuple[bytes, int]]                 # (NDJSON body, events) per batch
@@ -38,27 +43,24 @@ class Spool:
     dry), so under load an ack is one delete. Checkpoint-only commits write `c:` rows directly.
     """
 
-    def __init__(self, state_dir: str, *, read_only: bool = False) -> None:
+    def __init__(self, state_dir: str, *, read_only: bool = False, headroom: bool = False) -> None:
         path = os.path.join(state_dir, "spool")
         if read_only and not os.path.isdir(path):
             raise FileNotFoundError(path)
         os.makedirs(path, exist_ok=True)
         self.path = path
         self.read_only = read_only
-        self.cache = diskcache.Cache(
-            path,
-            size_limit=2**62,
-            eviction_policy="none",
-            cull_limit=0,
-            statistics=False,
-            tag_index=False,
-            disk_min_file_size=2**30,   # bodies live in SQLite: one transaction covers everything
-            sqlite_synchronous=1,       # NORMAL in WAL mode: durable across process kill
-            # diskcache's defaults (32 MiB page cache, 64 MiB mmap) make RSS grow with the queue
-            # while the destination is slow; the queue is written and read sequentially anyway.
-            sqlite_cache_size=256,
-            sqlite_mmap_size=0,
-        )
+        self.quarantined = 0                                # batch rows set aside: they did not decode
+        # the daemon's spool keeps room for acks on a full disk (issue 19); tools and tests do not
+        self.headroom = Headroom(state_dir) if headroom and not read_only else None
+        try:
+            self.cache = open_cache(path, self.db_path)
+        except sqlite3.OperationalError:
+            # opening writes diskcache's settings: on a full disk the daemon gives its reserve back
+            # (spool/headroom.py) and tries once more, so it starts and can ack (issue 19)
+            if not headroom or not release_reserve(state_dir):
+                raise
+            self.cache = open_cache(path, self.db_path)
         self.pending: dict[int, BatchMeta] = {}
         self.checkpoints: dict[str, Checkpoint] = {}
         self.dead_letters = 0
@@ -68,7 +70,17 @@ class Spool:
         self._carrier: dict[str, int] = {}                  # incarnation -> seq whose row holds its newest checkpoint
         self._legacy: set[int] = set()                      # batches in the old two-row layout
         self._autocheckpoint: int | None = None
-        self._load()
+        try:
+            self._load()
+        except SpoolCorruptError:
+            self.cache.close()
+            raise
+        except (sqlite3.DatabaseError, *DECODE_ERRORS) as e:
+            self.cache.close()
+            if isinstance(e, sqlite3.DatabaseError) and not is_damage(e):
+                raise
+            raise SpoolCorruptError(self.db_path, None, damage_text(e)) from e
+        self._limit_wal()
 
     # ---------------------------------------------------------------- opening
 
@@ -98,6 +110,8 @@ class Spool:
                     offer(d, None)
             elif key.startswith(rows.DEAD_LETTER):
                 self.dead_letters += 1
+            elif key.startswith(rows.QUARANTINE):
+                self.quarantined += 1
         orphans = []
         for seq in sorted(legacy):
             self.pending[seq] = rows.legacy_meta(seq, legacy[seq])
@@ -116,6 +130,7 @@ class Spool:
             assert isinstance(value, bytes)
             try:
                 row = rows.unpack_batch(key, value)
+                rows.batch_body(row, value)       # the crc32 too: damage is found at start, not mid-run
             except rows.BadRow as e:
                 raise SpoolCorruptError(self.db_path, key, str(e)) from e
             self.pending[key] = row.meta
@@ -177,9 +192,12 @@ class Spool:
             self._recover()
             # SQLITE_FULL only (SQLite reports ENOSPC so): "database disk image is malformed"
             # is damage, not a full disk (issue 19 saw it reported as "state dir is full")
-            if isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL:
-                raise SpoolFullError(f"state_dir is full: {e}") from e
-            if isinstance(e, OSError) and e.errno == 28:      # ENOSPC
+            full = (isinstance(e, sqlite3.Error)
+                    and (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL) or \
+                (isinstance(e, OSError) and e.errno == 28)     # ENOSPC
+            if full:
+                if self.headroom is not None:
+                    self.headroom.hit_full()        # the reserve goes: acks and checkpoints get room
                 raise SpoolFullError(f"state_dir is full: {e}") from e
             raise
 
@@ -190,6 +208,7 @@ class Spool:
         except (diskcache.Timeout, sqlite3.Error):   # BEGIN failed: a transaction is still open here
             pass
         self.cache.close()
+        self._limit_wal()
         if self._autocheckpoint is not None:
             try:
                 self.cache.reset("sqlite_wal_autocheckpoint", self._autocheckpoint, update=False)
@@ -225,6 +244,7 @@ class Spool:
         if not stored:
             self._write_checkpoints(stamped)
             return []
+        self._check_room(sum(len(st) for st, _, _ in stored))
         now = time.time()
         out: list[tuple[BatchMeta, bytes]] = []
         values: list[tuple[int, bytes]] = []
@@ -352,7 +372,28 @@ class Spool:
         return incs
 
     def read(self, seq: int) -> bytes | None:
-        """A queued batch's stored body, or None when it is not queued. Raises SpoolCorruptError."""
+        """A queued batch's stored body, or None when it is not queued. A row that does not decode
+        (its checksum or header is wrong, or SQLite cannot read it) is quarantined, never raised:
+        see `quarantine`; None then too (the sender drops it from the outbox)."""
+        try:
+            value = self.cache.get(seq)
+        except (sqlite3.DatabaseError, *DECODE_ERRORS) as e:
+            if isinstance(e, sqlite3.DatabaseError) and not is_damage(e):
+                raise
+            self.quarantine(seq, damage_text(e), b"")
+            return None
+        if not isinstance(value, bytes):
+            return None
+        if seq in self._legacy:
+            return value
+        try:
+            return rows.batch_body(rows.unpack_batch(seq, value), value)
+        except rows.BadRow as e:
+            self.quarantine(seq, str(e), value)
+            return None
+
+    def read_strict(self, seq: int) -> bytes | None:
+        """`read` that raises SpoolCorruptError instead of quarantining (for tools and tests)."""
         value = self.cache.get(seq)
         if not isinstance(value, bytes):
             return None
@@ -362,6 +403,64 @@ class Spool:
             return rows.batch_body(rows.unpack_batch(seq, value), value)
         except rows.BadRow as e:
             raise SpoolCorruptError(self.db_path, seq, str(e)) from e
+
+    def quarantine(self, seq: int, reason: str, value: bytes) -> bool:
+        """Move a batch row that does not decode out of the queue, into a "q:<seq>" row (with the
+        file ranges its header names, when it still decodes), in one transaction. Logged as a
+        warning naming the file ranges, counted in `quarantined` (`shipper status`, `shipper state
+        check`). The checkpoints it carried stay where they were: a restart does not read those
+        lines again (they are in the quarantine, and in the file while it exists). False when the
+        move could not be written (a full disk): the row stays and is tried again at the next start."""
+        meta = self.pending.get(seq)
+        q = rows.quarantine_value(seq, reason, value, time.time())
+        if meta is not None and not q["covers"]:
+            q["covers"], q["events"] = dict(meta.covers), meta.events
+        carried = self._carries.get(seq, {})
+        settle = {inc: d for inc, d in carried.items() if self._carrier.get(inc) == seq}
+
+        def tx() -> None:
+            with self.cache.transact():
+                self.cache.set(f"{rows.QUARANTINE}{seq:016d}", q)
+                self.cache.delete(seq)
+                if seq in self._legacy:
+                    self.cache.delete(f"{rows.LEGACY_META}{seq}")
+                for inc, stored_cp in settle.items():
+                    self.cache.set(rows.CHECKPOINT + inc, stored_cp)
+
+        moved = True
+        try:
+            self._guard(tx)
+        except (SpoolFullError, sqlite3.Error) as e:
+            moved = False
+            log.error("corrupt queue record not quarantined", extra={"file": self.db_path, "seq": seq,
+                                                                     "error": str(e)})
+        paths = {inc: d.get("path") for inc, d in carried.items()}
+        for inc in q["covers"]:
+            cp = self.checkpoints.get(inc)
+            if cp is not None:
+                paths.setdefault(inc, cp.path)
+        log.warning("corrupt queue record quarantined", extra={
+            "file": self.db_path, "seq": seq, "reason": reason, "events": q["events"],
+            "ranges": [{"path": paths.get(inc), "incarnation": inc, "from": r[0], "to": r[1]}
+                       for inc, r in q["covers"].items()]})
+        if moved:
+            self.pending.pop(seq, None)
+            self._carries.pop(seq, None)
+            self._legacy.discard(seq)
+            for inc in settle:
+                self._carrier.pop(inc, None)
+            self.quarantined += 1
+        return moved
+
+    def quarantined_items(self) -> list[dict[str, Any]]:
+        out = []
+        for key in self.cache.iterkeys():
+            if isinstance(key, str) and key.startswith(rows.QUARANTINE):
+                v = self.cache.get(key)
+                if isinstance(v, dict):
+                    out.append(v)
+        out.sort(key=lambda v: int(v.get("seq", 0)))
+        return out
 
     def ack(self, seq: int, dead: Sequence[DeadLetter] = ()) -> int:
         """Elasticsearch acknowledged the batch: it leaves, its dead letters (if any) are stored in
@@ -418,6 +517,44 @@ class Spool:
         self.pending[seq] = new
         return new
 
+    # ---------------------------------------------------------------- room (issue 19)
+
+    def _limit_wal(self) -> None:
+        """With headroom: the WAL file is cut back to the margin whenever a checkpoint resets it,
+        so its size is what the next checkpoint may still have to copy into the database file."""
+        if self.headroom is not None:
+            try:
+                self.cache.reset("sqlite_journal_size_limit", self.headroom.reserve_bytes, update=False)
+            except sqlite3.Error:
+                pass            # applied again when the connection is next opened by _recover
+
+    def _check_room(self, nbytes: int) -> None:
+        """New batches only while the margin for acks stays free beyond what they need: `nbytes` in
+        the WAL, then again in the database file when the WAL is checkpointed, plus what the WAL
+        already holds (a checkpoint copies it into the database file, which may have to grow: with
+        no room for that the WAL can never restart and no ack could be written: the wedge of issue
+        19). Raises SpoolFullError: the writer waits it out, reading paused."""
+        h = self.headroom
+        if h is None:
+            return
+        try:
+            wal = os.path.getsize(self.db_path + "-wal")
+        except OSError:
+            wal = 0
+        if not h.may_write(2 * nbytes + wal, queue_empty=not self.pending):
+            e = SpoolFullError(f"state_dir is full: {h.free_bytes} bytes free, "
+                               f"{h.reserve_bytes} kept for acks and checkpoints")
+            e.logged = True
+            raise e
+
+    def room(self) -> dict[str, Any]:
+        """For status and metrics: is the state dir full, its free bytes (statvfs, fresh)."""
+        h = self.headroom
+        if h is None:
+            return {"full": False, "free_bytes": None, "reserve_bytes": 0, "quarantined": self.quarantined}
+        return {"full": h.full, "free_bytes": h.measure(), "reserve_bytes": h.reserve_bytes if h.has_reserve else 0,
+                "quarantined": self.quarantined}
+
     # ---------------------------------------------------------------- dead letters
 
     def dead_letter_items(self) -> list[tuple[str, dict[str, Any]]]:
@@ -468,3 +605,46 @@ class Spool:
             self.next_seq = out[-1][0].seq + 1
         self.dead_letters = 0
         return out
+
+
+# ---------------------------------------------------------------- damage (issue 19)
+
+DECODE_ERRORS = (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError, IndexError)
+_DAMAGE_CODES = (11, 26)        # SQLITE_CORRUPT ("database disk image is malformed"), SQLITE_NOTADB
+
+
+def is_damage(e: BaseException) -> bool:
+    """SQLite says the file is damaged (not busy, not full, not an I/O error)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(e, sqlite3.DatabaseError) and code is not None:
+        return code & 0xFF in _DAMAGE_CODES
+    text = str(e)
+    return isinstance(e, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text)
+
+
+def damage_text(e: BaseException) -> str:
+    if isinstance(e, sqlite3.DatabaseError):
+        return f"SQLite: {e}"
+    return f"a stored record does not decode ({type(e).__name__}: {e})"
+
+
+def open_cache(path: str, db_path: str) -> diskcache.Cache:
+    try:
+        return diskcache.Cache(
+            path,
+            size_limit=2**62,
+            eviction_policy="none",
+            cull_limit=0,
+            statistics=False,
+            tag_index=False,
+            disk_min_file_size=2**30,   # bodies live in SQLite: one transaction covers everything
+            sqlite_synchronous=1,       # NORMAL in WAL mode: durable across process kill
+            # diskcache's defaults (32 MiB page cache, 64 MiB mmap) make RSS grow with the queue
+            # while the destination is slow; the queue is written and read sequentially anyway.
+            sqlite_cache_size=256,
+            sqlite_mmap_size=0,
+        )
+    except sqlite3.DatabaseError as e:
+        if is_damage(e):
+            raise SpoolCorruptError(db_path, None, damage_text(e)) from e
+        raise

@@ -44,7 +44,7 @@ class DiskWait:
             try:
                 result = await op()
             except SpoolFullError as e:
-                if not self.full:
+                if not self.full and not e.logged:      # headroom logs its own episodes (issue 19)
                     self.full = True
                     self.events.spool_error(str(e))
                 if self.give_up_at is not None and self.clock.monotonic() >= self.give_up_at:

@@ -1,0 +1,144 @@
+"""Room on the state dir's filesystem for the writes that free space (issue 19).
+
+Acks, WAL checkpoints and dead-letter moves need a little space themselves (SQLite writes the WAL
+before it can drop anything), so a disk filled by the queue wedges: nothing more could be acked.
+`Headroom` keeps two margins: new batches are only written while more than `reserve_bytes` stay
+free beyond them (reading pauses, the files are the buffer), and a reserve file of the same size,
+made at start, is given back when a write hits a full disk anyway (another writer on the same
+filesystem). Reading resumes by itself once twice the margin is free again and the reserve is
+back. Used on the spool thread only; `full` and `free_bytes` may be read from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+log = logging.getLogger("shipper.spool")
+
+RESERVE_FILE = "reserve"               # state_dir/reserve: zeros, given back when the disk is full
+MAX_RESERVE_BYTES = 32 * 1024 * 1024
+MIN_RESERVE_BYTES = 64 * 1024
+
+
+def reserve_size(total_bytes: int, max_bytes: int = MAX_RESERVE_BYTES) -> int:
+    """The margin for a filesystem of `total_bytes`: 1/16 of it, between 64 KiB and `max_bytes`."""
+    return max(MIN_RESERVE_BYTES, min(max_bytes, total_bytes // 16))
+
+
+def should_write(free_bytes: int, nbytes: int, reserve_bytes: int, full: bool, *, total_bytes: int = 0,
+                 queue_empty: bool = False) -> bool:
+    """Pure: may `nbytes` of new queue be written with `free_bytes` free? Writing stops before less
+    than `reserve_bytes` would stay free. Once stopped (`full`), it starts again when the queue has
+    drained (the destination took everything) or three quarters of the filesystem are free again, with twice the
+    margin: one pause per episode, not one per ack."""
+    if not full:
+        return free_bytes >= nbytes + reserve_bytes
+    room = free_bytes >= nbytes + 2 * reserve_bytes
+    return room and (queue_empty or free_bytes >= total_bytes * 3 // 4)
+
+
+class Headroom:
+    """The state dir's free space and its reserve file. `statvfs` is injectable for tests."""
+
+    def __init__(self, state_dir: str, max_reserve_bytes: int = MAX_RESERVE_BYTES,
+                 statvfs: Callable[[str], os.statvfs_result] = os.statvfs) -> None:
+        self.state_dir = state_dir
+        self.path = os.path.join(state_dir, RESERVE_FILE)
+        self._statvfs = statvfs
+        st = statvfs(state_dir)
+        self.total_bytes = st.f_blocks * st.f_frsize
+        self.reserve_bytes = reserve_size(self.total_bytes, max_reserve_bytes)
+        self.free_bytes = st.f_bavail * st.f_frsize
+        self.full = False
+        self.has_reserve = self._make_reserve()
+
+    def measure(self) -> int:
+        st = self._statvfs(self.state_dir)
+        self.free_bytes = st.f_bavail * st.f_frsize
+        return self.free_bytes
+
+    def may_write(self, nbytes: int, queue_empty: bool = False) -> bool:
+        """Before new batches are written: False (full) while less than the margin would stay free."""
+        free = self.measure()
+        ok = should_write(free, nbytes, self.reserve_bytes, self.full, total_bytes=self.total_bytes,
+                          queue_empty=queue_empty)
+        if ok and self.full:
+            if not self.has_reserve:
+                self.has_reserve = self._make_reserve()
+                ok = self.has_reserve and should_write(self.measure(), nbytes, self.reserve_bytes, False)
+            if ok:
+                self.full = False
+                log.info("state_dir has room again, reading resumes",
+                         extra={"state_dir": self.state_dir, "free_bytes": self.free_bytes})
+        elif not ok and not self.full:
+            self._enter(free, "reading paused")
+        return ok
+
+    def hit_full(self) -> None:
+        """A write failed for a full disk: give the reserve back so acks and checkpoints can run."""
+        released = False
+        if self.has_reserve:
+            try:
+                os.unlink(self.path)
+                released = True
+            except FileNotFoundError:
+                released = True
+            except OSError as e:
+                log.debug("reserve not released", extra={"path": self.path, "error": str(e)})
+            self.has_reserve = not released
+        if not self.full:
+            self._enter(self.measure(), "reserve released" if released else "no reserve left")
+        elif released:
+            log.info("state_dir reserve released for acks", extra={"state_dir": self.state_dir,
+                                                                   "free_bytes": self.measure()})
+
+    def _enter(self, free: int, what: str) -> None:
+        self.full = True
+        log.warning("state_dir is full: reading paused, sending and acking go on", extra={
+            "state_dir": self.state_dir, "free_bytes": free, "reserve_bytes": self.reserve_bytes, "detail": what})
+
+    def _make_reserve(self) -> bool:
+        """The reserve file at its size (kept across restarts); False when there is no room for it."""
+        try:
+            if os.path.getsize(self.path) >= self.reserve_bytes:
+                return True
+        except OSError:
+            pass
+        if self.measure() < 2 * self.reserve_bytes:
+            return False
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return False
+        try:
+            try:
+                os.posix_fallocate(fd, 0, self.reserve_bytes)
+            except OSError as e:
+                if e.errno == 28:
+                    raise
+                os.ftruncate(fd, 0)           # no fallocate here: real zeros, so the blocks are taken
+                chunk = bytes(1 << 16)
+                left = self.reserve_bytes
+                while left > 0:
+                    left -= os.write(fd, chunk[:min(left, len(chunk))])
+            return True
+        except OSError:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            return False
+        finally:
+            os.close(fd)
+
+
+def release_reserve(state_dir: str) -> bool:
+    """Delete state_dir/reserve (before a Headroom exists: opening on a full disk). True if it was there."""
+    try:
+        os.unlink(os.path.join(state_dir, RESERVE_FILE))
+    except OSError:
+        return False
+    log.warning("state_dir is full: reserve released to open the spool", extra={"state_dir": state_dir})
+    return True
