@@ -283,6 +283,11 @@ class Spool:
         made = bodies() if callable(bodies) else bodies
         stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in made if n]
         stamped = self._stamp(checkpoints)
+        if stored:
+            # new batches only with the margin for acks free, as `commit` (issue 19): on
+            # SpoolFullError the acks are not written either; AsyncSpool keeps them for its linger
+            # write, which carries no batch and so needs no room
+            self._check_room(sum(len(st) for st, _, _ in stored))
         acked = [seq for seq in dict.fromkeys(acks) if seq in self.pending]
         settle: dict[str, dict[str, Any]] = {}
         for seq in acked:

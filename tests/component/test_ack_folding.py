@@ -110,3 +110,27 @@ async def test_close_writes_the_acks_still_waiting(tmp_path: Path) -> None:
     a.ack_soon(m1.seq)
     await a.close()
     assert reopened(tmp_path) == ([], {"a": 10})
+
+
+def test_commit_acking_keeps_the_margin_for_acks_and_an_ack_alone_still_goes(tmp_path: Path) -> None:
+    """Folding acks into a record write must not bypass the full-disk margin (issue 19): without
+    room, the new batch is refused (SpoolFullError, nothing written, the acks with it); the acks
+    then go alone (what AsyncSpool's linger does), which needs no room."""
+    from shipper.errors import SpoolFullError
+    from shipper.spool.headroom import Headroom
+    from tests.unit.test_headroom import FakeFs, MiB
+
+    s = Spool(str(tmp_path), headroom=True)
+    try:
+        fs = FakeFs(16 * MiB, 8 * MiB)
+        s.headroom = Headroom(str(tmp_path), statvfs=fs.statvfs)
+        s.commit([(body(2), 2)], {"a": (0, 20)}, [cp("a", 20)], False)
+        fs.free = s.headroom.reserve_bytes + 1024          # less than the margin beyond a batch
+        with pytest.raises(SpoolFullError):
+            s.commit_acking([(body(2000, "b"), 2000)], {"a": (20, 40)}, [cp("a", 40)], False, [1])
+        assert sorted(s.pending) == [1]                     # nothing written, the ack not either
+        assert s.commit_acking([], {}, [], False, [1]) == []
+        assert s.pending == {}
+    finally:
+        s.close()
+    assert reopened(tmp_path) == ([], {"a": 20})
