@@ -118,8 +118,11 @@ class Pipeline:
         self.wake.set()               # the reader may be waiting for the next write
         # issue 19: one deadline for everything, a full disk included (a write waiting out a full
         # disk gives up at it; what it held moved no checkpoint and is read again at the next start)
-        deadline = self.clock.monotonic() + max(timeout_s, 0.0)
-        self.disk.give_up_at = deadline
+        self.disk.give_up_at = self.clock.monotonic() + max(timeout_s, 0.0)
+        # asyncio.wait's timeouts run on the loop's own clock: the rest of the deadline is taken
+        # there too (under a test's fake clock, idle waits move the injected time in jumps)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_s, 0.0)
         main = self._main
         delivered = False
         if main is not None and not main.done():
@@ -133,7 +136,7 @@ class Pipeline:
                                return_when=asyncio.FIRST_COMPLETED)
             reading.cancel()
             if not main.done():
-                await asyncio.wait(waits, timeout=max(0.0, deadline - self.clock.monotonic()),
+                await asyncio.wait(waits, timeout=max(0.0, deadline - loop.time()),
                                    return_when=asyncio.FIRST_COMPLETED)
             if forced is not None:
                 forced.cancel()
