@@ -238,20 +238,11 @@ class Spool:
         when all of them are acked. Returns each batch's metadata and stored body (posted as is).
         With no bodies (only checkpoint moves: filtered or empty lines) no batch is stored.
         """
-        made = bodies() if callable(bodies) else bodies
-        stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in made if n]
         stamped = self._stamp(checkpoints)
-        if not stored:
+        out, values = self._batches(bodies, covers, stamped, gzip)
+        if not values:
             self._write_checkpoints(stamped)
             return []
-        self._check_room(sum(len(st) for st, _, _ in stored))
-        now = time.time()
-        out: list[tuple[BatchMeta, bytes]] = []
-        values: list[tuple[int, bytes]] = []
-        for i, (st, raw_len, n) in enumerate(stored):
-            meta = BatchMeta(self.next_seq + i, n, raw_len, len(st), gzip, dict(covers), now)
-            values.append((meta.seq, rows.pack_batch(meta, stamped if i == len(stored) - 1 else {}, st)))
-            out.append((meta, st))
 
         def tx() -> None:
             if len(values) == 1:
@@ -262,6 +253,29 @@ class Spool:
                     self.cache.set(seq, value)
 
         self._guard(tx)
+        self._queued(out, stamped)
+        return out
+
+    def _batches(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
+                 stamped: dict[str, dict[str, Any]], gzip: bool,
+                 ) -> tuple[list[tuple[BatchMeta, bytes]], list[tuple[int, bytes]]]:
+        """The new batches' metadata and stored bodies, and their rows (the last one carries the
+        checkpoints). New batches only with the margin for acks free (issue 19): SpoolFullError."""
+        made = bodies() if callable(bodies) else bodies
+        stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in made if n]
+        if stored:
+            self._check_room(sum(len(st) for st, _, _ in stored))
+        now = time.time()
+        out: list[tuple[BatchMeta, bytes]] = []
+        values: list[tuple[int, bytes]] = []
+        for i, (st, raw_len, n) in enumerate(stored):
+            meta = BatchMeta(self.next_seq + i, n, raw_len, len(st), gzip, dict(covers), now)
+            values.append((meta.seq, rows.pack_batch(meta, stamped if i == len(stored) - 1 else {}, st)))
+            out.append((meta, st))
+        return out, values
+
+    def _queued(self, out: list[tuple[BatchMeta, bytes]], stamped: dict[str, dict[str, Any]]) -> None:
+        """After the transaction: the new batches are pending, the last one carries `stamped`."""
         last = out[-1][0].seq
         self.next_seq = last + 1
         for meta, _ in out:
@@ -269,7 +283,6 @@ class Spool:
         if stamped:
             self._carries[last] = stamped
         self._remember(stamped, last)
-        return out
 
     def commit_acking(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
                       checkpoints: Iterable[Checkpoint], gzip: bool,
@@ -280,14 +293,10 @@ class Spool:
         carries moves to its own row unless this commit carries a newer one); the new batches and
         their checkpoints are written as `commit` writes them. No bodies and no checkpoints: only
         the acks. Seqs not queued (acked before) are skipped. Returns what `commit` returns."""
-        made = bodies() if callable(bodies) else bodies
-        stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in made if n]
         stamped = self._stamp(checkpoints)
-        if stored:
-            # new batches only with the margin for acks free, as `commit` (issue 19): on
-            # SpoolFullError the acks are not written either; AsyncSpool keeps them for its linger
-            # write, which carries no batch and so needs no room
-            self._check_room(sum(len(st) for st, _, _ in stored))
+        # on SpoolFullError (no room for new batches) the acks are not written either: AsyncSpool
+        # keeps them for its linger write, which carries no batch and so needs no room
+        out, values = self._batches(bodies, covers, stamped, gzip)
         acked = [seq for seq in dict.fromkeys(acks) if seq in self.pending]
         settle: dict[str, dict[str, Any]] = {}
         for seq in acked:
@@ -295,13 +304,6 @@ class Spool:
                 if self._carrier.get(inc) == seq and inc not in stamped:
                     settle[inc] = d
         legacy = [seq for seq in acked if seq in self._legacy]
-        now = time.time()
-        out: list[tuple[BatchMeta, bytes]] = []
-        values: list[tuple[int, bytes]] = []
-        for i, (st, raw_len, n) in enumerate(stored):
-            meta = BatchMeta(self.next_seq + i, n, raw_len, len(st), gzip, dict(covers), now)
-            values.append((meta.seq, rows.pack_batch(meta, stamped if i == len(stored) - 1 else {}, st)))
-            out.append((meta, st))
         if not acked and not values and not stamped:
             return []
 
@@ -330,13 +332,7 @@ class Spool:
         if not values:
             self._remember(stamped, None)
             return []
-        last = out[-1][0].seq
-        self.next_seq = last + 1
-        for meta, _ in out:
-            self.pending[meta.seq] = meta
-        if stamped:
-            self._carries[last] = stamped
-        self._remember(stamped, last)
+        self._queued(out, stamped)
         return out
 
     def save_checkpoints(self, checkpoints: Iterable[Checkpoint]) -> None:
