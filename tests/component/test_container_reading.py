@@ -8,12 +8,10 @@ copies there known as the link's).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from shipper.config import MultilineConfig
 from shipper.model import Checkpoint
@@ -22,25 +20,9 @@ from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
 from tests.support.container_writer import RuntimeLog, cri_pieces, docker_pieces, interleave, ticks
 from tests.support.kubelet import PodLog, kubelet_rotate
-from tests.support.pipeline_rig import Rig
+from tests.support.pipeline_rig import Rig, RigFactory
 
-RigFactory = Callable[..., Rig]
 CID = "ab" * 32
-
-
-@pytest.fixture
-async def make_rig(tmp_path: Path) -> AsyncIterator[RigFactory]:
-    rigs: list[Rig] = []
-
-    def make(paths: list[str] | None = None, **kw: object) -> Rig:
-        rig = Rig(tmp_path, paths or [str(tmp_path / "logs" / "*.log")], **kw)
-        rigs.append(rig)
-        return rig
-
-    (tmp_path / "logs").mkdir()
-    yield make
-    for rig in rigs:
-        await rig.close()
 
 
 def pino(seq: int, pad: int = 0, **kw: Any) -> bytes:

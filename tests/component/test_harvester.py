@@ -8,13 +8,12 @@ from __future__ import annotations
 import asyncio
 import gzip
 import os
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from shipper.tail.files import Candidate
-from tests.support.pipeline_rig import Rig
+from tests.support.pipeline_rig import Rig, RigFactory
 from tests.support.rotate import (
     gzip_file,
     rotate,
@@ -24,23 +23,6 @@ from tests.support.rotate import (
     rotate_rename,
 )
 from tests.support.wait import async_wait_until
-
-RigFactory = Callable[..., Rig]
-
-
-@pytest.fixture
-async def make_rig(tmp_path: Path) -> AsyncIterator[RigFactory]:
-    rigs: list[Rig] = []
-
-    def make(paths: list[str] | None = None, **kw: object) -> Rig:
-        rig = Rig(tmp_path, paths or [str(tmp_path / "logs" / "*.log")], **kw)
-        rigs.append(rig)
-        return rig
-
-    (tmp_path / "logs").mkdir()
-    yield make
-    for rig in rigs:
-        await rig.close()
 
 
 def write(path: Path, *msgs: str) -> None:

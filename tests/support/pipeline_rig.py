@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +216,6 @@ class Rig:
             except OSError:
                 pass
         return n
+
+
+RigFactory = Callable[..., Rig]      # the component tests' make_rig fixture (tests/component/conftest.py)
