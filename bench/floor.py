@@ -4,7 +4,7 @@ One keep-alive session posts a gzip'd one-document bulk body to the sink every `
 `-n` times, and reads the answer: what shipper's request cycle (read, build, write, send, ack)
 is compared with. Prints CPU-us per request of this process (after imports and the first request).
 
-    python bench/floor.py URL [-n 400] [--interval-ms 40]
+    python bench/floor.py URL [-n 400] [--interval-ms 40] [--client aiohttp|raw|both]
 """
 
 from __future__ import annotations
@@ -27,6 +27,32 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+async def run_raw(url: str, n: int, interval_s: float) -> dict[str, float]:
+    """The same cycle on shipper's own HTTP/1.1 client (shipper/ship/http1.py)."""
+    from urllib.parse import urlsplit
+
+    from shipper.ship.http1 import Origin, Pool
+    parts = urlsplit(url)
+    origin = Origin(parts.scheme, parts.hostname or "", parts.port or 80)
+    headers = {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}
+    pool = Pool()
+
+    async def post() -> None:
+        body = igzip.compress(BODY, 1)
+        r = await pool.request(origin, "POST", "/_bulk?filter_path=errors", headers, body)
+        if r.status != 200 or b'"errors":false' not in r.body:
+            raise RuntimeError(f"bulk failed: {r.status} {r.body[:100]!r}")
+    await post()
+    cpu0, t0 = _cpu(), time.monotonic()
+    for _ in range(n):
+        await asyncio.sleep(interval_s)
+        await post()
+    cpu1, t1 = _cpu(), time.monotonic()
+    pool.close()
+    return {"client": "raw", "requests": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
+            "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
+
+
 async def run(url: str, n: int, interval_s: float) -> dict[str, float]:
     headers = {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}
     async with aiohttp.ClientSession() as session:
@@ -42,7 +68,7 @@ async def run(url: str, n: int, interval_s: float) -> dict[str, float]:
             await asyncio.sleep(interval_s)
             await post()
         cpu1, t1 = _cpu(), time.monotonic()
-    return {"requests": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
+    return {"client": "aiohttp", "requests": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
             "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
 
 
@@ -51,8 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("url")
     ap.add_argument("-n", type=int, default=400)
     ap.add_argument("--interval-ms", type=float, default=40.0)
+    ap.add_argument("--client", choices=("aiohttp", "raw", "both"), default="both",
+                    help="aiohttp's ClientSession, shipper's own HTTP/1.1 client, or both in turn")
     args = ap.parse_args(argv)
-    print(json.dumps(asyncio.run(run(args.url, args.n, args.interval_ms / 1000))))
+    for client in ("aiohttp", "raw") if args.client == "both" else (args.client,):
+        fn = run if client == "aiohttp" else run_raw
+        print(json.dumps(asyncio.run(fn(args.url, args.n, args.interval_ms / 1000))))
     return 0
 
 

@@ -1,8 +1,9 @@
-"""The aiohttp side of the output: hosts and their health, auth, TLS, timeouts, one POST per bulk.
+"""The HTTP side of the output: hosts and their health, auth, TLS, timeouts, one POST per bulk.
 
 Decisions live in ship/bulk.py and ship/backoff.py; this module performs the I/O and reports
 what came back. It never touches files or spool internals. Secrets never reach an error text.
 A `preflight` (the index template, ship/template.py) runs once before the first bulk request.
+The requests go over shipper's own keep-alive HTTP/1.1 connections (ship/http1.py: why there).
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
 import orjson
 
 from shipper.clock import Clock, SystemClock
 from shipper.config import ElasticsearchConfig
 from shipper.errors import TransportError
 from shipper.logs import register_secret
+from shipper.ship import http1
 from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
 from shipper.ship.bulk import FILTER_PATH, parse_retry_after
@@ -77,6 +78,8 @@ class Host:
     auth: str | None         # Authorization header from URL credentials
     failures: int = 0
     down_until: float = 0.0  # monotonic
+    origin: http1.Origin | None = None
+    base_path: str = ""      # a path prefix in the URL (a proxy's /es, say), without the final /
 
     def is_up(self, now: float) -> bool:
         return now >= self.down_until
@@ -112,9 +115,12 @@ class BulkClient:
                 register_secret(unquote(parts.password or ""))
                 register_secret(auth.split(" ", 1)[1])
             clean = redact_url(h).rstrip("/")
-            self.hosts.append(Host(clean, clean, auth))
+            scheme = (parts.scheme or "http").lower()
+            origin = http1.Origin(scheme, parts.hostname or "localhost",
+                                  parts.port or (443 if scheme == "https" else 80))
+            self.hosts.append(Host(clean, clean, auth, origin=origin, base_path=parts.path.rstrip("/")))
         self._next = 0
-        self._session: aiohttp.ClientSession | None = None
+        self._pool: http1.Pool | None = None
         headers = {"Content-Type": "application/x-ndjson", "Accept": "application/json",
                    "User-Agent": "shipper/0.1"}
         if cfg.api_key:
@@ -174,12 +180,12 @@ class BulkClient:
     async def _failed(self, host: Host, e: BaseException) -> TransportError:
         """A request that got no answer: the host is marked, the error says why in words."""
         self.mark(host, False, self._clock.monotonic())
-        if self.cfg.tls.ca_fingerprint and isinstance(e, (aiohttp.ClientSSLError, ssl.SSLError)):
+        if self.cfg.tls.ca_fingerprint and isinstance(e, ssl.SSLError):
             self._pinned.discard(host.label)    # the server's chain may have changed: look again next time
         if isinstance(e, asyncio.TimeoutError):
             return TransportError(f"timeout after {self.cfg.timeout_s:g}s", host=host.label)
         if (host.url.startswith("https:") and tlsmod.describe_tls_error(e, self.cfg.tls) is None
-                and isinstance(e, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, ConnectionError))):
+                and isinstance(e, (ConnectionError, OSError)) and not isinstance(e, http1.ProtocolError)):
             # a reset on https: a refused client certificate looks like this under TLS 1.3
             parts = urlsplit(host.url)
             found = await tlsmod.diagnose(parts.hostname or "", parts.port or 443, self._tls,
@@ -210,37 +216,38 @@ class BulkClient:
         headers = self._auth_headers(host)
         headers["Accept"] = "application/json"
         headers["User-Agent"] = self._headers["User-Agent"]
-        data = None
+        data = b""
         if body is not None:
             data = orjson.dumps(body)
             headers["Content-Type"] = "application/json"
-        session = await self.session()
         try:
-            async with session.request(method, host.url + path, data=data, headers=headers) as resp:
-                raw = await resp.read()
-                status = resp.status
-                resp_headers = {k: v for k, v in resp.headers.items()}
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            resp = await self._send(host, method, path, headers, data)
+        except (TimeoutError, OSError) as e:
             raise await self._failed(host, e) from None
+        raw = resp.body
         try:
             answer: Any = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             answer = raw.decode("utf-8", "replace")[:500]
-        return Answer(status, answer, resp_headers, host.label)
+        return Answer(resp.status, answer, resp.headers, host.label)
 
-    async def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=max(4, self.cfg.max_in_flight * 2), ssl=self._ssl(),
-                                             keepalive_timeout=30)
-            timeout = aiohttp.ClientTimeout(total=self.cfg.timeout_s, connect=min(10.0, self.cfg.timeout_s))
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout,
-                                                  auto_decompress=True, skip_auto_headers=("Accept-Encoding",))
-        return self._session
+    def pool(self) -> http1.Pool:
+        if self._pool is None:
+            self._pool = http1.Pool(self._ssl(), connect_timeout_s=min(10.0, self.cfg.timeout_s),
+                                    keepalive_s=30.0, max_idle=max(4, self.cfg.max_in_flight * 2))
+        return self._pool
+
+    async def _send(self, host: Host, method: str, path: str, headers: dict[str, str], body: bytes) -> http1.Response:
+        """One request to `host` within timeout_s (connecting included). Raises TimeoutError or OSError
+        (ssl.SSLError, http1.ProtocolError) when no whole answer came."""
+        assert host.origin is not None
+        async with asyncio.timeout(self.cfg.timeout_s):
+            return await self.pool().request(host.origin, method, host.base_path + path, headers, body)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def pick(self, now: float) -> Host:
         """Round robin over hosts that are up; when all are down, the one back soonest."""
@@ -283,17 +290,14 @@ class BulkClient:
             headers["Authorization"] = host.auth
         if gzipped:
             headers["Content-Encoding"] = "gzip"
-        url = f"{host.url}/_bulk?{self._query}"
-        session = await self.session()
         t0 = time.monotonic()
         try:
-            async with session.post(url, data=body, headers=headers) as resp:
-                raw = await resp.read()
-                status = resp.status
-                retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            resp = await self._send(host, "POST", f"/_bulk?{self._query}", headers, body)
+        except (TimeoutError, OSError) as e:
             raise await self._failed(host, e) from None
         seconds = time.monotonic() - t0
+        raw, status = resp.body, resp.status
+        retry_after = parse_retry_after(resp.headers.get("retry-after"))
         answer: dict[str, Any] | None = None
         if 200 <= status < 300 and raw.startswith(_ALL_DELIVERED):
             # `errors: false` means every item succeeded: skip parsing one status per document
@@ -310,7 +314,6 @@ class BulkClient:
     async def probe(self) -> list[tuple[str, bool, str]]:
         """GET / on each host: (host, ok, detail) — for `shipper check`."""
         out = []
-        session = await self.session()
         for h in self.hosts:
             headers = self._auth_headers(h)
             try:
@@ -318,21 +321,24 @@ class BulkClient:
             except TransportError as e:
                 out.append((h.label, False, str(e)))
                 continue
+            headers["Accept"] = "application/json"
+            headers["User-Agent"] = self._headers["User-Agent"]
             try:
-                async with session.get(h.url + "/", headers=headers) as resp:
-                    raw = await resp.read()
-                    if resp.status == 200:
-                        try:
-                            info = orjson.loads(raw)
-                            ver = info.get("version", {}).get("number", "?")
-                            dist = info.get("version", {}).get("distribution", "elasticsearch")
-                            out.append((h.label, True, f"{dist} {ver}"))
-                        except (orjson.JSONDecodeError, AttributeError):
-                            out.append((h.label, True, "HTTP 200"))
-                    else:
-                        out.append((h.label, False, f"HTTP {resp.status}"))
-            except (TimeoutError, aiohttp.ClientError, OSError) as e:
-                out.append((h.label, False, self._describe(e)))
+                resp = await self._send(h, "GET", "/", headers, b"")
+            except (TimeoutError, OSError) as e:
+                out.append((h.label, False, self._describe(e) if not isinstance(e, TimeoutError)
+                            else f"timeout after {self.cfg.timeout_s:g}s"))
+                continue
+            if resp.status == 200:
+                try:
+                    info = orjson.loads(resp.body)
+                    ver = info.get("version", {}).get("number", "?")
+                    dist = info.get("version", {}).get("distribution", "elasticsearch")
+                    out.append((h.label, True, f"{dist} {ver}"))
+                except (orjson.JSONDecodeError, AttributeError):
+                    out.append((h.label, True, "HTTP 200"))
+            else:
+                out.append((h.label, False, f"HTTP {resp.status}"))
         return out
 
 
