@@ -29,7 +29,6 @@ from gen import DEFAULT_SEED, PinoGenerator  # noqa: E402
 from peers import PEERS, ensure_peers, peer_command  # noqa: E402
 from run import (  # noqa: E402
     OUT_DIR,
-    REPO_DIR,
     TreeSampler,
     _find_target,
     _has_exited,
@@ -134,6 +133,9 @@ def _command(system: str, tmp: str, log_path: str, url: str, args: argparse.Name
                              log_level=args.log_level, flush_interval=args.flush_interval,
                              flush_min_interval=args.flush_min_interval)
         cmd = [py, "-m", "shipper", "run", "-c", cfg]
+        if args.cprofile:      # the main thread only (cProfile's way): calls per request cycle
+            return [py, "-m", "cProfile", "-o", os.path.join(OUT_DIR, f"latency-shipper-{args.current_scenario}.prof"),
+                    "-m", "shipper", "run", "-c", cfg]
         if args.profile:
             pyspy = shutil.which("py-spy", path=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
             if pyspy is None:
@@ -156,8 +158,10 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: 
     sink.reset()
     cmd, env = command(system, tmp, log_path, sink.url, args)
     with open(os.path.join(tmp, "stdout.log"), "wb") as out, open(err_path, "wb") as err:
+        # cwd: the run's own directory, never the repo (`python -m shipper` would import the
+        # repo's shipper/ from there, whatever tree --python's venv has installed)
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
-                                stdin=subprocess.DEVNULL, cwd=REPO_DIR, start_new_session=True)
+                                stdin=subprocess.DEVNULL, cwd=tmp, start_new_session=True)
     wrapped = system == "shipper" and args.profile
     target = _find_target(proc.pid) if wrapped else proc.pid
     result: dict[str, Any] = {"system": system, "scenario": scenario, "ok": False}
@@ -279,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep temp dirs (config, state, logs)")
     ap.add_argument("--tmp-dir", default=None)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--cprofile", action="store_true",
+                    help="shipper under cProfile (main thread; slower): .prof per scenario in bench/out")
     ap.add_argument("--profile", action="store_true",
                     help="run shipper under py-spy (bench/out/latency-shipper.folded, summarised here); skews figures")
     ap.add_argument("--show-slowest", type=int, default=0, metavar="K",

@@ -391,7 +391,9 @@ def run_system(system: str, run: int, n: int, input_path: str, sink: SinkProcess
     sink_times0 = _stat_times(sink.proc.pid)
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         t_spawn = time.time()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=REPO_DIR,
+        # cwd: the run's own directory, never the repo (`python -m shipper` would import the
+        # repo's shipper/ from there, whatever tree --python's venv has installed)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=tmp,
                                 start_new_session=True, env=env)
     target = _find_target(proc.pid) if wrapped else proc.pid
     sampler = TreeSampler(proc.pid, args.sample_ms / 1000.0, main_pid=target)

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _dist_version
-
-
-def _version() -> str:
-    """The installed distribution's version (pyproject.toml's `version`); a source tree that was
-    never installed says so rather than guessing."""
-    try:
-        return _dist_version("shipper")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
-__version__ = _version()
+# pyproject.toml's `version`, written here rather than looked up in the installed metadata at every
+# start: `importlib.metadata` costs ~37 ms of imports (email, zipfile, csv ...) before the first
+# line is read (issue 14). tests/unit/test_version.py checks the three agree.
+__version__ = "0.1.0"

@@ -75,6 +75,10 @@ class Pipeline:
         # draft keeps filling to its limits instead of leaving at once (fewer, fuller requests)
         self.backlog = False
         self._poll_s = POLL_S              # the fallback look's current interval (see IDLE_POLL_S)
+        # A steady writer: the watchers stay paused from one read round to the next while rounds
+        # keep finding lines, and the reader reads again when flush_min_interval ends (a timer),
+        # taking what inotify queued meanwhile; the first round that finds nothing watches again.
+        self._held = False
         self._main: asyncio.Task[None] | None = None
         self._stop_control = asyncio.Event()
 
@@ -206,6 +210,8 @@ class Pipeline:
             self.backlog = backlog
             if progressed:
                 self._poll_s = POLL_S
+            elif self._held:
+                self._watch_again()
             if self.should_commit():
                 await self.writer.commit(wait=False)    # written on the spool thread while we read on
             now = self.clock.monotonic()
@@ -227,6 +233,11 @@ class Pipeline:
         out = self.cfg.output
         timeout = self._poll_s
         pace = self.writer.last_commit_at + out.flush_min_interval_s - now
+        if self._held:
+            if pace > 0 and not self.stopping.is_set():
+                await self._read_again_in(pace)
+                return
+            self._watch_again()
         d = self.writer.draft
         if not d.empty():
             timeout = min(timeout, max(0.005, d.started + out.flush_interval_s - now))
@@ -247,11 +258,23 @@ class Pipeline:
                 # interval ends, not write by write (the watchers' events merge in the kernel)
                 for s in self.sources:
                     s.pause_watch()
-                try:
-                    await self.clock.sleep(pace)
-                finally:
-                    for s in self.sources:
-                        s.resume_watch()
+                self._held = True
+                await self._read_again_in(pace)
+
+    async def _read_again_in(self, delay_s: float) -> None:
+        """Held: sleep out the gap, then take what the paused watchers queued (still paused)."""
+        try:
+            await self.clock.sleep(delay_s)
+        except BaseException:
+            self._watch_again()
+            raise
+        for s in self.sources:
+            s.drain_watch()
+
+    def _watch_again(self) -> None:
+        self._held = False
+        for s in self.sources:
+            s.resume_watch()
 
     async def _finish_reading(self) -> None:
         """Stopping: take the last complete lines with their offsets and hand over one final draft.

@@ -6,7 +6,6 @@ so a body splits cleanly on b"\\n". No HTTP here: ship/client.py sends, this dec
 
 from __future__ import annotations
 
-import email.utils
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -186,6 +185,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return max(0.0, float(value))
     except ValueError:
         pass
+    import email.utils  # an HTTP date is rare: not worth its import at every start
     try:
         dt = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -68,6 +68,9 @@ class Source(Protocol):
 
     def pause_watch(self) -> None: ...
     def resume_watch(self) -> None: ...
+    def drain_watch(self) -> None:
+        """While paused: take what the watch queued meanwhile, staying paused."""
+        ...
 
     async def stop(self) -> None:
         """Stopping: take the last complete lines into the draft and stop watching."""

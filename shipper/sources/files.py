@@ -122,6 +122,10 @@ class FileSource:
         if self._watcher is not None:
             self._watcher.resume()
 
+    def drain_watch(self) -> None:
+        if self._watcher is not None:
+            self._watcher.drain()
+
     async def stop(self) -> None:
         if self._watcher is not None:
             await asyncio.to_thread(self._watcher.stop)

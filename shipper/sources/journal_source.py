@@ -167,6 +167,9 @@ class JournaldSource:
     def resume_watch(self) -> None:
         """Nothing to resume (see pause_watch)."""
 
+    def drain_watch(self) -> None:
+        """Nothing to drain (see pause_watch)."""
+
     async def stop(self) -> None:
         """Stop the child; what it printed and the buffer holds goes into the draft (the rest is
         read again after the committed cursor at the next start). Held multiline groups are not

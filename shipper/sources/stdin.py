@@ -121,6 +121,9 @@ class StdinSource:
     def resume_watch(self) -> None:
         return None
 
+    def drain_watch(self) -> None:
+        return None
+
     def interrupt(self) -> None:
         """A stop signal: what was read is queued, the rest of stdin is not ours (a line cut by an
         interrupt is incomplete, so the partial last line is not taken)."""
