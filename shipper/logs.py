@@ -70,6 +70,5 @@ def setup_logging(level: str = "info", stream: Any = None) -> None:
     handler.setFormatter(JsonFormatter())
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.getLogger("watchdog").setLevel(logging.WARNING)
     logging.getLogger("asyncio").setLevel(logging.WARNING)

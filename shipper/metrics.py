@@ -365,36 +365,22 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"    # withou
 async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tuple[bool, str]],
                         status: Callable[[], dict[str, Any]] | None = None) -> Any:
     """Start the /metrics, /health (and /status, JSON) server on HOST:PORT or [IPv6]:PORT (an empty
-    host is 127.0.0.1: loopback unless asked otherwise). Returns the aiohttp runner (call .cleanup())."""
-    import orjson
-    from aiohttp import web
+    host is 127.0.0.1: loopback unless asked otherwise). Returns the endpoint (call .cleanup())."""
+    from shipper.endpoint import Endpoint, Route, json_route, split_listen
 
-    async def metrics_handler(req: web.Request) -> web.Response:
-        body, content_type = metrics.exposition(req.headers.get("Accept"))
-        return web.Response(body=body, headers={"Content-Type": content_type, "X-Content-Type-Options": "nosniff"})
+    def metrics_route(accept: str | None) -> tuple[int, bytes, str]:
+        body, content_type = metrics.exposition(accept)
+        return 200, body, content_type
 
-    async def health_handler(_req: web.Request) -> web.Response:
+    def health_doc() -> tuple[int, Any]:
         ok, reason = health()
-        return web.json_response({"status": "ok" if ok else "unhealthy", "reason": reason}, status=200 if ok else 503)
+        return (200 if ok else 503), {"status": "ok" if ok else "unhealthy", "reason": reason}
 
-    async def status_handler(_req: web.Request) -> web.Response:
-        assert status is not None
-        return web.Response(body=orjson.dumps(status()), content_type="application/json")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics_handler)
-    app.router.add_get("/health", health_handler)
+    routes: dict[str, Route] = {"/metrics": metrics_route, "/health": json_route(health_doc)}
     if status is not None:
-        app.router.add_get("/status", status_handler)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    host, _, port = listen.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]                      # [::1]:9607
-    site = web.TCPSite(runner, host or "127.0.0.1", int(port), reuse_address=True)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return runner
+        status_fn = status
+        routes["/status"] = json_route(lambda: (200, status_fn()))
+    endpoint = Endpoint(routes)
+    host, port = split_listen(listen)
+    await endpoint.start(host, port)
+    return endpoint
