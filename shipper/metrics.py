@@ -14,16 +14,15 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Literal
-
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Any, Literal
 
 from shipper import __version__
 from shipper.events import Events
 from shipper.model import JournalGap
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("shipper")
 
@@ -142,10 +141,21 @@ class Metrics:
                 (self.counters if f.kind == "counter" else self.gauges)[(name, ())] = f.initial
         self.gauges[("shipper_start_time_seconds", ())] = round(time.time(), 3)
         self.gauges[("shipper_build_info", (("version", __version__),))] = 1
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))
-        if process:
-            ProcessCollector(registry=self.registry)
+        self._process = process
+        self._registry: CollectorRegistry | None = None
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """Made at the first scrape: prometheus_client is imported then, not at every start (its
+        import is ~15-28 ms of a backlog run's startup, issue 14)."""
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry, ProcessCollector
+            reg = CollectorRegistry(auto_describe=False)
+            reg.register(_collector(lambda: families(self.counters, self.gauges, self.hist)))
+            if self._process:
+                ProcessCollector(registry=reg)
+            self._registry = reg
+        return self._registry
 
     def inc(self, name: str, value: float = 1, **labels: str) -> None:
         key = (name, tuple(sorted(labels.items())) if labels else ())
@@ -165,11 +175,13 @@ class Metrics:
     def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
         """(body, Content-Type) for a scrape: OpenMetrics when the Accept header asks for it, else
         the Prometheus text format 0.0.4."""
+        from prometheus_client.exposition import choose_encoder
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
 
     def render(self) -> str:
         """The Prometheus text format (0.0.4)."""
+        from prometheus_client import generate_latest
         return generate_latest(self.registry).decode()
 
 
@@ -181,6 +193,7 @@ def _le(bound: float) -> str:
 def families(counters: dict[Any, float], gauges: dict[Any, float], hist: dict[str, Histogram]) -> list[Metric]:
     """The samples as prometheus_client metric families (pure), sorted by name; every family of
     HELP is described even before its first sample. A name outside HELP is `unknown`."""
+    from prometheus_client.metrics_core import Metric
     fams = families_table()
     rows: dict[str, list[tuple[str, dict[str, str], float]]] = {name: [] for name in fams}
     for store in (counters, gauges):
@@ -205,25 +218,22 @@ def families(counters: dict[Any, float], gauges: dict[Any, float], hist: dict[st
     return result
 
 
-class _Collector(Collector):
-    def __init__(self, metrics: Metrics) -> None:
-        self.m = metrics
+def _collector(collect: Callable[[], list[Metric]]) -> Any:
+    """A prometheus_client Collector whose collect() returns what `collect` makes."""
+    from prometheus_client.registry import Collector
 
-    def collect(self) -> Iterable[Metric]:
-        return families(self.m.counters, self.m.gauges, self.m.hist)
+    class _Collector(Collector):
+        def collect(self) -> Iterable[Metric]:
+            return collect()
 
-
-class _Families(Collector):
-    def __init__(self, fams: list[Metric]) -> None:
-        self.fams = fams
-
-    def collect(self) -> Iterable[Metric]:
-        return self.fams
+    return _Collector()
 
 
 def render_prometheus(counters: dict[Any, float], gauges: dict[Any, float], hist: dict[str, Histogram]) -> str:
     """Prometheus text exposition format 0.0.4 of these samples (no process metrics), by prometheus_client."""
-    return generate_latest(_Families(families(counters, gauges, hist))).decode()
+    from prometheus_client import generate_latest
+    fams = families(counters, gauges, hist)
+    return generate_latest(_collector(lambda: fams)).decode()
 
 
 # ================================================================ rates and ETAs (pure: time passed in)

@@ -195,3 +195,8 @@ class Batch:
     body: bytes
     gzipped: bool
     count: int
+
+
+def is_journal_checkpoint(cp: Checkpoint) -> bool:
+    """A journald input's checkpoint (its incarnation is the input's journal key), not a file's."""
+    return cp.cursor is not None or cp.incarnation.startswith("journald:")

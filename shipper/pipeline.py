@@ -27,7 +27,6 @@ from shipper.ship import bulk as bulkproto
 from shipper.ship.outbox import Outbox
 from shipper.ship.sender import Sender
 from shipper.sources.base import Room, Source
-from shipper.sources.journal_source import JournaldSource
 from shipper.spool.aio import AsyncSpool
 from shipper.spool.contents import SpoolContents
 from shipper.spool.writer import DiskWait, RecordWriter
@@ -300,7 +299,9 @@ class Pipeline:
         shipped = self.outbox.shipped_offsets()
         writing = self.writer.writing()
         files = [row for s in [*self.sources, *extra] for row in s.status(shipped, writing)]
-        journald = tuple(s.journal_status(shipped, writing) for s in self.sources if isinstance(s, JournaldSource))
+        # journald sources are the ones with a journal_status (journal_source.py is imported only for them)
+        journald = tuple(s.journal_status(shipped, writing)
+                         for s in self.sources if hasattr(s, "journal_status"))
         ob = self.outbox
         snd = self.sender
         return PipelineStatus(

@@ -25,17 +25,14 @@ from shipper.errors import ConfigError, ShipperError
 from shipper.events import Events
 from shipper.logs import register_secret
 from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
-from shipper.model import PipelineStatus
+from shipper.model import PipelineStatus, is_journal_checkpoint
 from shipper.monitor import Monitor
 from shipper.pipeline import Pipeline
 from shipper.ship.sender import Sender
 from shipper.ship.template import guard_first_bulk
 from shipper.sources.files import FileSource
-from shipper.sources.journal_source import JournaldSource, is_journal_checkpoint
-from shipper.sources.journald import JournalReaderConfig
 from shipper.sources.stdin import StdinSource
 from shipper.spool import AsyncSpool, SpoolContents
-from shipper.spool.salvage import check_at_start
 
 log = logging.getLogger("shipper")
 
@@ -92,6 +89,7 @@ def write_status(state_dir: str, doc: dict[str, Any]) -> None:
 async def open_state(state_dir: str) -> AsyncSpool:
     """The spool (queue, checkpoints, dead letters), opened off the loop. A damaged one raises
     StateDamagedError (exit 3) naming the file: SQLite's quick_check first, then every record as it loads."""
+    from shipper.spool.salvage import check_at_start  # salvage's other tools are for `shipper state`
     await asyncio.to_thread(check_at_start, state_dir)
     return await AsyncSpool.open(state_dir)
 
@@ -131,6 +129,9 @@ def assemble(cfg: Config, spool: AsyncSpool, contents: SpoolContents, events: Ev
     p.add_source(files)
     for idx, inp in enumerate(cfg.inputs):
         if inp.journald is not None:
+            # imported only for a journald input: ~16 ms of every start otherwise (issue 14)
+            from shipper.sources.journal_source import JournaldSource
+            from shipper.sources.journald import JournalReaderConfig
             key = JournalReaderConfig.from_input(inp).key
             p.add_source(JournaldSource(cfg, idx, journal_cps.get(key), p.writer, events, clock, host))
     return p, files

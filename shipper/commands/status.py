@@ -19,10 +19,10 @@ import orjson
 
 from shipper import __version__, settings
 from shipper.config import Config, MetricsConfig
+from shipper.model import is_journal_checkpoint
 from shipper.service import STATUS_FILE
 from shipper.ship.client import redact_url
 from shipper.sources.journal import journal_key, status_entry
-from shipper.sources.journal_source import is_journal_checkpoint
 from shipper.sources.journald import JOURNALCTL, read_head_sync
 from shipper.spool import SpoolContents
 from shipper.spool.salvage import read_stopped

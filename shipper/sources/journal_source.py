@@ -38,11 +38,6 @@ HEAD_EVERY_S = 2.0               # the journal's newest entry is looked at this 
 POSITIONS_KEPT = 4096            # committed positions remembered to name the acknowledged cursor
 
 
-def is_journal_checkpoint(cp: Checkpoint) -> bool:
-    """A journald input's checkpoint (its incarnation is the input's journal key), not a file's."""
-    return cp.cursor is not None or cp.incarnation.startswith("journald:")
-
-
 def journal_path(directory: str | None) -> str:
     """The readable name a journald input's checkpoint carries as its path."""
     return "journald:" + (directory or "system")

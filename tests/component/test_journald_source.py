@@ -17,10 +17,10 @@ import pytest
 from shipper.clock import SystemClock
 from shipper.config import Config, InputConfig, JournaldConfig, MultilineConfig
 from shipper.events import Events
-from shipper.model import Checkpoint, Draft
+from shipper.model import Checkpoint, Draft, is_journal_checkpoint
 from shipper.sources.base import Room
 from shipper.sources.journal import journal_key, parse_cursor
-from shipper.sources.journal_source import JournaldSource, is_journal_checkpoint
+from shipper.sources.journal_source import JournaldSource
 from tests.support.journal import Journal, journal_remote
 
 pytestmark = pytest.mark.skipif(journal_remote() is None, reason="systemd-journal-remote is not installed")
