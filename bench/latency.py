@@ -291,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the K requests that carried the oldest docs (when, how many, gap before)")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-latency.json"))
     args = ap.parse_args(argv)
+    if os.sep in args.python:     # the systems run in their own directory: a relative path would not resolve
+        args.python = os.path.abspath(args.python)
     os.makedirs(OUT_DIR, exist_ok=True)      # py-spy writes its profile there, and fails silently without it
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if any(s in PEERS for s in systems):

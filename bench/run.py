@@ -652,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="--profile with py-spy --idle: samples of waiting threads too (where the loop sleeps)")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-run.json"), help="results file")
     args = ap.parse_args(argv)
+    if os.sep in args.python:     # the systems run in their own directory: a relative path would not resolve
+        args.python = os.path.abspath(args.python)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     n = args.lines
     if any(s in PEERS for s in systems):

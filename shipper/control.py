@@ -119,7 +119,7 @@ class DeadLetterControl:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self.answer_once()
-            await self.clock.wait(stop, CHECK_EVERY_S)
+            await self.clock.wait(stop, CHECK_EVERY_S, coalesce=True)
 
     async def answer_once(self) -> bool:
         """Claim and answer one pending request; False when there was none."""

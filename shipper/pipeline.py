@@ -246,7 +246,7 @@ class Pipeline:
             dl = s.next_deadline()
             if dl is not None:
                 timeout = min(timeout, max(0.005, dl - now))
-        woken = await self.clock.wait(self.wake, timeout)
+        woken = await self.clock.wait(self.wake, timeout, coalesce=timeout >= self._poll_s)
         if not woken and timeout >= self._poll_s and self.sources \
                 and all(getattr(s, "watching", False) for s in self.sources):
             self._poll_s = min(IDLE_POLL_S, self._poll_s * 2)   # a quiet poll tick: look less often

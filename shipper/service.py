@@ -242,7 +242,9 @@ class Service:
                 await self.reload()
             # signals set _signalled; otherwise nothing is due before the next status (or ping)
             due = min(next_status, next_wd) if wd else next_status
-            await self.clock.wait(self._signalled, min(STATUS_EVERY_S, max(0.05, due - time.monotonic())))
+            # coalesced with the other idle waits (clock.IDLE_TICK_S) unless a short watchdog needs the time
+            await self.clock.wait(self._signalled, min(STATUS_EVERY_S, max(0.05, due - time.monotonic())),
+                                  coalesce=not wd or wd >= 5.0)
             self._signalled.clear()
         return 0
 

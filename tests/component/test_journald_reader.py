@@ -52,7 +52,7 @@ class FakeClock:
         self.now += s
         await asyncio.sleep(0)
 
-    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+    async def wait(self, event: asyncio.Event, timeout_s: float, coalesce: bool = False) -> bool:
         if not event.is_set():
             await self.sleep(timeout_s)
         return event.is_set()

@@ -53,7 +53,7 @@ class FakeClock:
         self.advance(s)
         await asyncio.sleep(0)
 
-    async def wait(self, event: asyncio.Event, timeout_s: float) -> bool:
+    async def wait(self, event: asyncio.Event, timeout_s: float, coalesce: bool = False) -> bool:
         self.waited.append(timeout_s)
         if event.is_set():
             return True
