@@ -103,6 +103,16 @@ class Harvester:
                 self.at_eof = True
                 return []
             chunk = data[k:] if k else data
+            cp = self.checkpoint
+            if chunk and pos < cp.fp_len and not _holds(self.fd, cp.fp_len, cp.fp):
+                # reading inside the bytes the incarnation was fingerprinted over, and they are
+                # not there: truncated and written again before we read them (copytruncate twice
+                # in quick succession). Those bytes are in a copy now; these belong to a new
+                # incarnation. Without this, the new bytes were read under the old identity and
+                # the copy found by the fingerprint then skipped as read (lost + duplicated).
+                self.suspect = True
+                self.at_eof = True
+                return []
             if chunk and self.at_eof and pos > 0:
                 # new bytes after a pause: the writer may have truncated and refilled the file with
                 # lines shaped like ours (the last bytes can match by chance); the head cannot
