@@ -15,6 +15,7 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from isal import igzip
@@ -27,49 +28,51 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-async def run_raw(url: str, n: int, interval_s: float) -> dict[str, float]:
+HEADERS = {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}
+Post = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+
+
+def _check(status: int, answer: bytes) -> None:
+    if status != 200 or b'"errors":false' not in answer:
+        raise RuntimeError(f"bulk failed: {status} {answer[:100]!r}")
+
+
+async def _measure(client: str, post: Post, n: int, interval_s: float) -> dict[str, float | str]:
+    """One request first (connect, warm up), then n requests every interval_s: CPU per request."""
+    _check(*await post(igzip.compress(BODY, 1)))
+    cpu0, t0 = _cpu(), time.monotonic()
+    for _ in range(n):
+        await asyncio.sleep(interval_s)
+        _check(*await post(igzip.compress(BODY, 1)))
+    cpu1, t1 = _cpu(), time.monotonic()
+    return {"client": client, "requests": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
+            "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
+
+
+async def run_raw(url: str, n: int, interval_s: float) -> dict[str, float | str]:
     """The same cycle on shipper's own HTTP/1.1 client (shipper/ship/http1.py)."""
     from urllib.parse import urlsplit
 
     from shipper.ship.http1 import Origin, Pool
     parts = urlsplit(url)
     origin = Origin(parts.scheme, parts.hostname or "", parts.port or 80)
-    headers = {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}
     pool = Pool()
 
-    async def post() -> None:
-        body = igzip.compress(BODY, 1)
-        r = await pool.request(origin, "POST", "/_bulk?filter_path=errors", headers, body)
-        if r.status != 200 or b'"errors":false' not in r.body:
-            raise RuntimeError(f"bulk failed: {r.status} {r.body[:100]!r}")
-    await post()
-    cpu0, t0 = _cpu(), time.monotonic()
-    for _ in range(n):
-        await asyncio.sleep(interval_s)
-        await post()
-    cpu1, t1 = _cpu(), time.monotonic()
-    pool.close()
-    return {"client": "raw", "requests": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
-            "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
+    async def post(body: bytes) -> tuple[int, bytes]:
+        r = await pool.request(origin, "POST", "/_bulk?filter_path=errors", HEADERS, body)
+        return r.status, r.body
+    try:
+        return await _measure("raw", post, n, interval_s)
+    finally:
+        pool.close()
 
 
-async def run(url: str, n: int, interval_s: float) -> dict[str, float]:
-    headers = {"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}
+async def run(url: str, n: int, interval_s: float) -> dict[str, float | str]:
     async with aiohttp.ClientSession() as session:
-        async def post() -> None:
-            body = igzip.compress(BODY, 1)
-            async with session.post(url + "/_bulk?filter_path=errors", data=body, headers=headers) as r:
-                answer = await r.read()
-                if r.status != 200 or b'"errors":false' not in answer:
-                    raise RuntimeError(f"bulk failed: {r.status} {answer[:100]!r}")
-        await post()
-        cpu0, t0 = _cpu(), time.monotonic()
-        for _ in range(n):
-            await asyncio.sleep(interval_s)
-            await post()
-        cpu1, t1 = _cpu(), time.monotonic()
-    return {"client": "aiohttp", "requests": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
-            "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
+        async def post(body: bytes) -> tuple[int, bytes]:
+            async with session.post(url + "/_bulk?filter_path=errors", data=body, headers=HEADERS) as r:
+                return r.status, await r.read()
+        return await _measure("aiohttp", post, n, interval_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,6 +57,13 @@ class Server:
         self.requests.append(head + body)
         return head + body
 
+    async def answer_all(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer every request on the connection with ok(), until the client goes."""
+        while True:
+            await self.read_request(reader)
+            writer.write(ok())
+            await writer.drain()
+
 
 def ok(body: bytes = b'{"errors":false}', extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n" % (len(body), extra) + body
@@ -73,10 +80,7 @@ async def test_keep_alive_reuses_one_connection_and_the_request_is_well_formed(p
     srv: Server
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        while True:
-            await srv.read_request(reader)
-            writer.write(ok())
-            await writer.drain()
+        await srv.answer_all(reader, writer)
 
     async with Server(handler) as srv:
         for i in range(5):
@@ -102,10 +106,7 @@ async def test_a_kept_connection_the_server_closed_is_replaced_without_an_error(
             await reader.read(1)
             writer.transport.abort()
             return
-        while True:
-            await srv.read_request(reader)
-            writer.write(ok())
-            await writer.drain()
+        await srv.answer_all(reader, writer)
 
     async with Server(handler) as srv:
         assert (await pool.request(srv.origin, "POST", "/", {}, b"a")).status == 200
@@ -166,10 +167,7 @@ async def test_idle_connections_past_keepalive_are_closed_not_used() -> None:
     srv: Server
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        while True:
-            await srv.read_request(reader)
-            writer.write(ok())
-            await writer.drain()
+        await srv.answer_all(reader, writer)
 
     try:
         async with Server(handler) as srv:
