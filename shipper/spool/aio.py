@@ -34,6 +34,23 @@ GIL_SWITCH_INTERVAL_S = 0.0002
 ACK_LINGER_S = 0.5
 
 
+class CommitSkipped(Exception):
+    """A record handed over with `commit_in_order` found the record before it not written (it
+    failed, or was cancelled) when its turn came on the spool thread: nothing of it was written.
+    The writer hands it over again once the one before it is written."""
+
+
+class WriteOrder:
+    """One writer's records in order (`AsyncSpool.commit_in_order`): the last turn written, read
+    and set on the spool thread only. Each writer has its own (a pipeline rebuilt on the same
+    spool starts at turn 1 again)."""
+
+    __slots__ = ("written",)
+
+    def __init__(self) -> None:
+        self.written = 0
+
+
 def _open(state_dir: str) -> Spool:
     spool = Spool(state_dir, headroom=True)      # room kept for acks on a full disk (issue 19)
     spool.set_autocheckpoint(0)     # on the spool thread's connection: the checkpointer thread does it
@@ -118,6 +135,42 @@ class AsyncSpool:
             if acks:
                 self._arm_ack_timer()
             raise
+
+    def commit_in_order(self, order: WriteOrder, turn: int, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
+                        checkpoints: Iterable[Checkpoint], gzip: bool,
+                        ) -> asyncio.Future[list[tuple[BatchMeta, bytes]]]:
+        """`commit`, handed to the spool thread NOW (not when the caller's task next runs), queued
+        behind every call made before it; returns its future. `turn` numbers the records of one
+        writer (`order`) 1, 2, 3...: record `turn` is written only if record `turn - 1` was, when
+        its turn comes on the spool thread; otherwise it raises CommitSkipped, having written nothing. So a
+        reader may hand over the next record while the one before is still being written (the
+        spool thread never waits for the loop to take an answer and pass the next record), and a
+        record that failed still stops every one handed over behind it. A retry passes the same
+        turn."""
+        acks = self._take_acks()
+        cps = list(checkpoints)
+
+        def run() -> list[tuple[BatchMeta, bytes]]:
+            if order.written != turn - 1:
+                raise CommitSkipped(f"record {turn} handed over behind record {turn - 1}, which was not written")
+            if acks:
+                out = self._spool.commit_acking(bodies, covers, cps, gzip, acks)
+            else:
+                out = self._spool.commit(bodies, covers, cps, gzip)
+            order.written = turn
+            return out
+
+        fut = asyncio.get_running_loop().run_in_executor(self._executor, run)
+
+        def done(f: asyncio.Future[list[tuple[BatchMeta, bytes]]]) -> None:
+            self._ckpt_wake.set()
+            if f.cancelled() or f.exception() is not None:
+                if acks:
+                    self._acks[:0] = acks    # not written: the next write (or the linger) carries them
+                    self._arm_ack_timer()
+
+        fut.add_done_callback(done)
+        return fut
 
     async def read(self, seq: int) -> bytes | None:
         return await self._call(self._spool.read, seq)

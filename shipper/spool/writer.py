@@ -18,7 +18,7 @@ from shipper.clock import Clock
 from shipper.errors import SpoolFullError
 from shipper.events import Events
 from shipper.model import BatchMeta, Checkpoint, Draft
-from shipper.spool.aio import AsyncSpool
+from shipper.spool.aio import AsyncSpool, CommitSkipped, WriteOrder
 
 T = TypeVar("T")
 Group = Callable[[list[bytes], int, int], list[tuple[bytes, int]]]    # ship.batching.group
@@ -75,6 +75,8 @@ class RecordWriter:
         self.last_commit_at = float("-inf")     # when the last draft was handed over (flush_min_interval)
         self.lock = asyncio.Lock()              # held by the draft being written (drafts are written in order)
         self._writes: deque[tuple[Draft, asyncio.Future[None]]] = deque()
+        self._turn = 0                          # drafts handed over (AsyncSpool.commit_in_order's turns)
+        self._order = WriteOrder()
         self._error: BaseException | None = None
         self.checkpoints_written: list[Callable[[list[Checkpoint]], None]] = []
 
@@ -112,7 +114,13 @@ class RecordWriter:
             return
         self.draft = Draft()
         self.last_commit_at = self.clock.monotonic()
-        task = asyncio.ensure_future(self._write(draft))
+        self._turn += 1
+        # on the spool thread's queue now, behind the drafts before it: the thread goes from one
+        # draft to the next without waiting for the loop to take the answer (issue 14: in a
+        # backlog the reader fills the next draft in one round, and meanwhile the thread stood idle)
+        first = self._hand_over(draft, self._turn)
+        first.add_done_callback(_retrieve)
+        task = asyncio.ensure_future(self._write(draft, self._turn, first))
         task.add_done_callback(_retrieve)       # a failure is raised through _error, by every later commit
         self._writes.append((draft, task))
         if wait:
@@ -120,31 +128,51 @@ class RecordWriter:
             # its write; it goes on, and the next commit raises its failure
             await asyncio.shield(task)
 
-    async def _write(self, draft: Draft) -> None:
+    def _hand_over(self, draft: Draft, turn: int) -> asyncio.Future[list[tuple[BatchMeta, bytes]]]:
+        """The draft's write, queued on the spool thread (`AsyncSpool.commit_in_order`)."""
+        covers = {k: (v[0], v[1]) for k, v in draft.covers.items()}
+        parts, max_events, max_bytes, group = draft.parts, self.max_events, self.max_bytes, self.group
+
+        def bodies() -> list[tuple[bytes, int]]:
+            return group(parts, max_events, max_bytes)     # on the spool thread
+
+        return self.spool.commit_in_order(self._order, turn, bodies, covers, draft.checkpoints.values(), self.gzip)
+
+    async def _write(self, draft: Draft, turn: int, first: asyncio.Future[list[tuple[BatchMeta, bytes]]]) -> None:
         try:
             async with self.lock:
                 if self._error is not None:
                     raise self._error       # an earlier draft was not written: neither is this one
                 try:
-                    await self._store(draft)
+                    await self._store(draft, turn, first)
                 except BaseException as e:
                     self._error = e
                     raise
         finally:
+            if not first.done():
+                first.cancel()      # cancelled before its turn: not written (unless the thread has it already)
             self._writes = deque(w for w in self._writes if w[0] is not draft)
             if not self.draft.empty():
                 self.wake.set()     # what was read meanwhile may go now (should_commit held it back)
 
-    async def _store(self, draft: Draft) -> None:
-        covers = {k: (v[0], v[1]) for k, v in draft.covers.items()}
-        parts, max_events, max_bytes, group = draft.parts, self.max_events, self.max_bytes, self.group
+    async def _store(self, draft: Draft, turn: int, first: asyncio.Future[list[tuple[BatchMeta, bytes]]]) -> None:
         cps = list(draft.checkpoints.values())
+        pending: asyncio.Future[list[tuple[BatchMeta, bytes]]] | None = first
 
-        def bodies() -> list[tuple[bytes, int]]:
-            return group(parts, max_events, max_bytes)     # on the spool thread
+        async def attempt() -> list[tuple[BatchMeta, bytes]]:
+            nonlocal pending
+            fut, pending = pending, None
+            if fut is None:
+                fut = self._hand_over(draft, turn)       # again: a full disk was waited out
+            try:
+                return await fut
+            except CommitSkipped:
+                # the draft before it was not written when its turn came (a full disk, waited out
+                # since: we hold the lock, so every draft before this one is done)
+                return await self._hand_over(draft, turn)
 
         # a full disk waits here (logged once): reading pauses with it, the files are the buffer
-        batches = await self.disk.run(lambda: self.spool.commit(bodies, covers, cps, self.gzip))
+        batches = await self.disk.run(attempt)
         for hook in self.checkpoints_written:
             hook(cps)
         self.deliver(batches)

@@ -122,3 +122,55 @@ async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path
     finally:
         await aspool._call(_unfill, spool)
         await aspool.close()
+
+
+async def test_a_draft_handed_over_behind_one_that_meets_a_full_disk_is_written_after_it(tmp_path: Path) -> None:
+    """Drafts go to the spool thread's queue when they are handed over, not when the loop has taken
+    the answer of the one before (issue 14). One that meets a full disk must still stop the one
+    queued behind it: that one is skipped on the thread (nothing written, its checkpoint would skip
+    the first one's lines), and both are written, in order, once there is room again."""
+    spool = Spool(str(tmp_path))
+    aspool = open_spool_of(spool)
+    clock = FakeClock()
+    events = RecordingEvents()
+    disk = DiskWait(events, clock)
+    outbox = Outbox(1 << 30, 1, events)
+    writer = RecordWriter(aspool, batching.group, outbox.add, disk, clock, max_events=2000, max_bytes=5 << 20,
+                          gzip=False, wake=asyncio.Event())
+    real_commit = spool.commit
+    written: list[int] = []
+
+    def commit(bodies, covers, cps, gzip):  # type: ignore[no-untyped-def]
+        out = real_commit(bodies, covers, cps, gzip)
+        written.extend(cp.offset for cp in cps)
+        return out
+
+    spool.commit = commit  # type: ignore[method-assign]
+
+    def fill_draft(start: int, end: int, size: int) -> None:
+        d = writer.draft
+        d.parts.append(b'{"create":{"_index":"x","_id":"i-%d"}}\n{"m":"%s"}\n' % (start, os.urandom(size).hex().encode()))
+        d.events, d.nbytes = 1, len(d.parts[0])
+        d.checkpoints["inc1"] = _cp(end)
+        d.covers["inc1"] = [start, end]
+
+    try:
+        await aspool._call(_fill, spool, 0)
+        fill_draft(0, 100, 100_000)
+        await writer.commit(wait=False)                      # meets the full disk
+        fill_draft(100, 200, 10)
+        await writer.commit(wait=False)                      # queued behind it on the spool thread
+        assert len(writer.writing()) == 2
+        await events.wait_for("spool_error")                 # the first one failed, and is retried
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+        assert written == [] and not spool.pending           # the second one was not written before it
+        await aspool._call(_unfill, spool)
+        await asyncio.wait_for(writer.commit(), 10)          # both written now
+        assert written == [100, 200]
+        assert [m.covers["inc1"] for m in spool.pending.values()] == [(0, 100), (100, 200)]
+        assert spool.checkpoints["inc1"].offset == 200
+        assert list(outbox.pending) == sorted(spool.pending)
+    finally:
+        await aspool._call(_unfill, spool)
+        await aspool.close()
