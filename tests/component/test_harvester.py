@@ -606,3 +606,38 @@ async def test_status_lag_counts_bytes_written_since_the_last_read(make_rig: Rig
     assert row["size"] == app.stat().st_size and row["lag_bytes"] == app.stat().st_size - before > 0
     await rig.step()
     assert_once(rig, lines("a", 10) + lines("b", 7))
+
+
+def test_reads_share_one_buffer_and_nothing_read_refers_to_it(tmp_path: Path) -> None:
+    """Every read lands in the same per-thread buffer (issue 14: fresh memory for each read cost
+    more than the read): the lines and the carry are copies, so the next read, of this file or of
+    another, changes nothing already read, and the copytruncate check still sees the old bytes."""
+    from shipper.model import Checkpoint
+    from shipper.tail.harvester import Harvester
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(b"a-one\na-two\na-th")
+    b.write_bytes(b"b-one\nb-two-is-a-longer-line\n")
+
+    def open_harvester(p: Path) -> Harvester:
+        fd = os.open(p, os.O_RDONLY)
+        st = os.fstat(fd)
+        return Harvester(str(p), fd, st, Checkpoint(p.name, str(p), st.st_dev, st.st_ino, 0, "", 0), 1024, 0.0)
+
+    ha, hb = open_harvester(a), open_harvester(b)
+    try:
+        first = ha.read(64)
+        second = hb.read(64)
+        assert [ln[2] for ln in first] == [b"a-one", b"a-two"]          # unchanged by b's read
+        assert [ln[2] for ln in second] == [b"b-one", b"b-two-is-a-longer-line"]
+        assert all(type(ln[2]) is bytes for ln in first + second)
+        with open(a, "ab") as f:
+            f.write(b"ree\na-four\n")
+        assert [(ln[0], ln[2]) for ln in ha.read(64)] == [(12, b"a-three"), (20, b"a-four")]
+        assert not ha.suspect
+        with open(b, "r+b") as f:                                      # copytruncate, refilled longer
+            f.write(b"X" * 40 + b"\n")
+        assert hb.read(64) == [] and hb.suspect                        # told by the tail, as before
+    finally:
+        os.close(ha.fd)
+        os.close(hb.fd)
