@@ -33,6 +33,16 @@ def _unfill(spool: Spool) -> None:
     spool.cache._sql("PRAGMA max_page_count = 1073741823")
 
 
+def _writer(aspool: AsyncSpool) -> tuple[FakeClock, RecordingEvents, Outbox, RecordWriter]:
+    """A record writer on `aspool` under a fake clock, handing its batches to an outbox."""
+    clock = FakeClock()
+    events = RecordingEvents()
+    outbox = Outbox(1 << 30, 1, events)
+    writer = RecordWriter(aspool, batching.group, outbox.add, DiskWait(events, clock), clock, max_events=2000,
+                          max_bytes=5 << 20, gzip=False, wake=asyncio.Event())
+    return clock, events, outbox, writer
+
+
 def _cp(offset: int) -> Checkpoint:
     return Checkpoint("inc1", "/var/log/app.log", 1, 2, 0, "", offset)
 
@@ -101,12 +111,7 @@ async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path
     no checkpoint, so they are read again at the next start (nothing lost, nothing queued twice)."""
     spool = Spool(str(tmp_path))
     aspool = open_spool_of(spool)
-    clock = FakeClock()
-    events = RecordingEvents()
-    disk = DiskWait(events, clock)
-    outbox = Outbox(1 << 30, 1, events)
-    writer = RecordWriter(aspool, batching.group, outbox.add, disk, clock, max_events=2000, max_bytes=5 << 20,
-                          gzip=False, wake=asyncio.Event())
+    clock, events, outbox, writer = _writer(aspool)
     try:
         d = writer.draft
         d.parts.append(b'{"create":{"_index":"x","_id":"i-0"}}\n' + b'{"m":"' + os.urandom(100_000).hex().encode() + b'"}\n')
@@ -114,7 +119,7 @@ async def test_a_full_disk_does_not_hold_the_stop_past_shutdown_timeout(tmp_path
         d.checkpoints["inc1"] = _cp(100)
         d.covers["inc1"] = [0, 100]
         await aspool._call(_fill, spool, 0)
-        disk.give_up_at = clock.monotonic() + 5.0            # what stopping sets: shutdown_timeout
+        writer.disk.give_up_at = clock.monotonic() + 5.0     # what stopping sets: shutdown_timeout
         with pytest.raises(SpoolFullError):
             await asyncio.wait_for(writer.commit(), 10)      # the fake clock advances 1 s per retry
         assert 4.0 <= sum(clock.slept) <= 7.0
@@ -131,12 +136,7 @@ async def test_a_draft_handed_over_behind_one_that_meets_a_full_disk_is_written_
     the first one's lines), and both are written, in order, once there is room again."""
     spool = Spool(str(tmp_path))
     aspool = open_spool_of(spool)
-    clock = FakeClock()
-    events = RecordingEvents()
-    disk = DiskWait(events, clock)
-    outbox = Outbox(1 << 30, 1, events)
-    writer = RecordWriter(aspool, batching.group, outbox.add, disk, clock, max_events=2000, max_bytes=5 << 20,
-                          gzip=False, wake=asyncio.Event())
+    clock, events, outbox, writer = _writer(aspool)
     real_commit = spool.commit
     written: list[int] = []
 
