@@ -29,8 +29,41 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9607"
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_next_port = [0]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read it, close)."""
+    """A TCP port that is free now and that the kernel will not hand out by itself later.
+
+    A port taken from bind(0) lies in the ephemeral range, so between this call and the daemon's
+    own bind (or across a daemon's restart) an outgoing connection's source port or another
+    server's bind(0) may take it: a flaky EADDRINUSE. Ports below the ephemeral range are only
+    ever taken by someone asking for them by number; each test process walks its own stretch of
+    them (by pid) and skips any that is in use.
+    """
+    lo, _hi = _ephemeral_range()
+    floor = 10000 if lo > 12000 else 1024
+    span = max(lo - floor, 1)
+    if not _next_port[0]:
+        _next_port[0] = (os.getpid() * 97) % span
+    for _ in range(span):
+        port = floor + _next_port[0] % span
+        _next_port[0] += 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
