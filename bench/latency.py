@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bulk-max-events", type=int, default=None, help="shipper: bulk_max_events")
     ap.add_argument("--flush-interval", default=None, help="shipper: flush_interval, e.g. 250ms")
     ap.add_argument("--flush-min-interval", default=None,
-                    help="shipper: flush_min_interval, e.g. 0 (each batch at once) or 20ms (the default)")
+                    help="shipper: flush_min_interval, e.g. 0 (each batch at once) or 40ms (the default)")
     ap.add_argument("--log-level", default="info", help="shipper: log_level")
     ap.add_argument("--sink-latency-ms", type=float, default=0.0, help="sink: delay before each answer")
     ap.add_argument("--warmup-timeout", type=float, default=30.0)

@@ -3,7 +3,7 @@
 Composition only, plus the one loop that reads. Reading, committing and sending overlap: while
 one draft is written on the spool thread the loop keeps reading into the next, and a batch goes
 out as soon as a request slot is free, but when caught up at most one partial draft per
-`flush_min_interval` (30 ms). `flush_interval` only bounds how long a partial draft waits while
+`flush_min_interval` (40 ms). `flush_interval` only bounds how long a partial draft waits while
 every slot is busy. Lifecycle: `start()` (returns when every input is open), `stop(timeout_s)`,
 `snapshot()`; the background tasks run in one TaskGroup, so a task that dies stops them all.
 """

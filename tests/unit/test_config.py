@@ -364,9 +364,9 @@ def test_metrics_listen_takes_ipv4_names_and_bracketed_ipv6(listen: str) -> None
     assert load(MINIMAL + f"metrics:\n  listen: '{listen}'\n").metrics.listen == listen
 
 
-def test_flush_min_interval_defaults_to_30ms_and_takes_zero() -> None:
+def test_flush_min_interval_defaults_to_40ms_and_takes_zero() -> None:
     base = "inputs: [{paths: ['/x/*.log']}]\n"
-    assert load(base).output.flush_min_interval_s == 0.03
+    assert load(base).output.flush_min_interval_s == 0.04
     assert load(base + "output: {elasticsearch: {flush_min_interval: 0}}\n").output.flush_min_interval_s == 0.0
     assert load(base + "output: {elasticsearch: {flush_min_interval: 5ms}}\n").output.flush_min_interval_s == 0.005
     e = error(base + "output: {elasticsearch: {flush_min_interval: soon}}\n")
@@ -461,3 +461,17 @@ def test_journald_errors_name_the_key(text: str, key: str, words: str) -> None:
 def test_container_formats(fmt: str) -> None:
     cfg = load(f"state_dir: /tmp/s\ninputs:\n  - paths: ['/var/log/containers/*.log']\n    format: {fmt}\n")
     assert cfg.inputs[0].format == fmt
+
+
+def test_the_sample_config_spells_out_the_defaults() -> None:
+    """config/shipper.yaml is the documented starting point: every value it writes out is the
+    loader's default (it once kept flush_min_interval at 20ms after the default had moved on)."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "config" / "shipper.yaml"
+    sample = load(path.read_text(), file=str(path))
+    data = yaml.safe_load(path.read_text())
+    minimal = load(yaml.safe_dump({"inputs": data["inputs"],
+                                   "output": {"elasticsearch": {"hosts": data["output"]["elasticsearch"]["hosts"]}}}),
+                   file=str(path))
+    assert dataclasses.replace(sample, key_lines=minimal.key_lines) == minimal
