@@ -47,7 +47,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     own bind (or across a daemon's restart) an outgoing connection's source port or another
     server's bind(0) may take it: a flaky EADDRINUSE. Ports below the ephemeral range are only
     ever taken by someone asking for them by number; each test process walks its own stretch of
-    them (by pid) and skips any that is in use.
+    them (by pid) and skips any that is in use or still in TIME_WAIT.
     """
     lo, _hi = _ephemeral_range()
     floor = 10000 if lo > 12000 else 1024
@@ -58,8 +58,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         port = floor + _next_port[0] % span
         _next_port[0] += 1
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
+            try:       # no SO_REUSEADDR: a port with connections in TIME_WAIT is skipped too
                 s.bind((host, port))
             except OSError:
                 continue

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 
 from shipper import settings
 from shipper.config import (
@@ -466,8 +467,6 @@ def test_container_formats(fmt: str) -> None:
 def test_the_sample_config_spells_out_the_defaults() -> None:
     """config/shipper.yaml is the documented starting point: every value it writes out is the
     loader's default (it once kept flush_min_interval at 20ms after the default had moved on)."""
-    import yaml
-
     path = Path(__file__).resolve().parents[2] / "config" / "shipper.yaml"
     sample = load(path.read_text(), file=str(path))
     data = yaml.safe_load(path.read_text())
