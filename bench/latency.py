@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -30,6 +31,7 @@ from peers import PEERS, ensure_peers, peer_command  # noqa: E402
 from run import (  # noqa: E402
     OUT_DIR,
     TreeSampler,
+    _children,
     _find_target,
     _has_exited,
     _tail,
@@ -50,10 +52,8 @@ SCENARIOS: dict[str, tuple[float, float, float]] = {
 }
 
 
-def wakeups(pid: int) -> int:
-    """Context switches (voluntary + involuntary) of every thread of `pid` and its children so far:
-    each voluntary one is a sleep the thread woke from, so over an idle minute it counts wakeups."""
-    total = 0
+def _tree_tasks(pid: int) -> Iterator[str]:
+    """/proc/P/task/T of every live thread of `pid` and of its children, grandchildren..."""
     stack = [pid]
     while stack:
         p = stack.pop()
@@ -62,18 +62,22 @@ def wakeups(pid: int) -> int:
         except OSError:
             continue
         for tid in tids:
-            try:
-                with open(f"/proc/{p}/task/{tid}/status") as f:
-                    for line in f:
-                        if "ctxt_switches:" in line:
-                            total += int(line.split()[-1])
-            except OSError:
-                continue
-            try:
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
-            except OSError:
-                pass
+            yield f"/proc/{p}/task/{tid}"
+        stack.extend(_children(p))
+
+
+def wakeups(pid: int) -> int:
+    """Context switches (voluntary + involuntary) of every thread of `pid` and its children so far:
+    each voluntary one is a sleep the thread woke from, so over an idle minute it counts wakeups."""
+    total = 0
+    for task in _tree_tasks(pid):
+        try:
+            with open(f"{task}/status") as f:
+                for line in f:
+                    if "ctxt_switches:" in line:
+                        total += int(line.split()[-1])
+        except OSError:
+            continue
     return total
 
 
@@ -84,24 +88,12 @@ def on_cpu_s(pid: int) -> float:
     missing from it (shipper's and the peers' live for the whole run). On the bench VM the two
     agree within a few ms (2026-12-02)."""
     total = 0
-    stack = [pid]
-    while stack:
-        p = stack.pop()
+    for task in _tree_tasks(pid):
         try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
+            with open(f"{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
             continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{p}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-            try:
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
-            except OSError:
-                pass
     return total / 1e9
 
 

@@ -29,12 +29,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9607"
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out by itself (bind(0), a client's source port)."""
     try:
-        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(lo), int(hi)
-    except (OSError, ValueError):
-        return 32768, 60999
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 _next_port = [0]
@@ -49,7 +49,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     ever taken by someone asking for them by number; each test process walks its own stretch of
     them (by pid) and skips any that is in use or still in TIME_WAIT.
     """
-    lo, _hi = _ephemeral_range()
+    lo = _ephemeral_low()
     floor = 10000 if lo > 12000 else 1024
     span = max(lo - floor, 1)
     if not _next_port[0]:
