@@ -311,7 +311,9 @@ def _system_command(system: str, tmp: str, input_path: str, url: str,
             if args.profile_format == "raw":
                 out = os.path.join(OUT_DIR, "shipper.folded")
                 return [pyspy, "record", "-o", out, "--format", "raw", "--threads", "--function",
-                        "--rate", "250", "--nonblocking", "--subprocesses",
+                        "--rate", "250", "--subprocesses",
+                        # --native stops the process for each sample (py-spy refuses it with --nonblocking)
+                        *(["--native"] if args.profile_native else ["--nonblocking"]),
                         *(["--idle"] if args.profile_idle else []), "--", *cmd], True
             svg = os.path.join(OUT_DIR, "shipper.svg")
             return [pyspy, "record", "-o", svg, "--subprocesses", "--", *cmd], True
@@ -650,6 +652,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="--profile output: collapsed stacks + a text summary (raw) or an SVG")
     ap.add_argument("--profile-idle", action="store_true",
                     help="--profile with py-spy --idle: samples of waiting threads too (where the loop sleeps)")
+    ap.add_argument("--profile-native", action="store_true",
+                    help="--profile with py-spy --native: C frames too (SQLite, gzip, the C fast paths, syscalls)")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-run.json"), help="results file")
     args = ap.parse_args(argv)
     if os.sep in args.python:     # the systems run in their own directory: a relative path would not resolve

@@ -45,3 +45,38 @@ def test_latency_py_measures_a_short_steady_rate(tmp_path: Path) -> None:
     for name, r in results.items():
         assert r["ok"] and r["written"] > 0 and r["received"] == r["written"], (name, r)
         assert r["requests"] >= 1 and r["latency_ms"], (name, r)
+
+
+_FAULTS = """
+import os, resource, sys
+sys.path.insert(0, "bench")
+import sink
+from isal import igzip
+held = sink.keep_buffers_in_heap() if sys.argv[1] == "held" else False
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+gz = igzip.compress(os.urandom(450_000).hex().encode(), 1)    # a 900 KB body, gzip as shipper sends it
+igzip.decompress(gz)
+before = faults()
+for _ in range(20):
+    body = igzip.decompress(gz)     # what the sink does with each gzip request
+    del body
+print(held, faults() - before)
+"""
+
+
+def test_the_sink_keeps_large_bodies_in_its_heap() -> None:
+    # the sink shares the cores with the system under test: decoding a 900 KB body must not fault
+    # its pages in anew each time (glibc mmaps a growing buffer over 128 KiB and unmaps it when
+    # freed), or large bodies (shipper's gzip ones) are charged sink CPU that small plain ones
+    # (syslog-ng's) are not
+    runs = {}
+    for mode in ("held", "default"):
+        p = subprocess.run([sys.executable, "-c", _FAULTS, mode], cwd=REPO, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        held, faults = p.stdout.split()
+        runs[mode] = (held == "True", int(faults))
+    assert runs["held"][0] is True
+    assert runs["default"][1] >= 20 * 50, runs        # glibc's default: ~150 page faults per body here
+    assert runs["held"][1] < 100, runs                # held in the heap: the pages are reused
