@@ -22,7 +22,7 @@ from shipper.model import BatchMeta
 from shipper.spool.aio import AsyncSpool
 from shipper.spool.writer import DiskWait
 
-CHECK_EVERY_S = 1.0           # how often the daemon looks for a request (the task `DeadLetterControl.run`)
+CHECK_EVERY_S = 2.0           # how often the daemon looks for a request (the task `DeadLetterControl.run`)
 
 DlqAction = Literal["replay", "purge"]
 

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from shipper import __version__, native, sdnotify, settings
-from shipper.clock import Clock, SystemClock
+from shipper.clock import IDLE_EARLY_S, Clock, SystemClock
 from shipper.config import Config, InputConfig
 from shipper.errors import ConfigError, ShipperError
 from shipper.events import Events
@@ -41,6 +41,26 @@ STATUS_EVERY_S = 2.0
 # Nothing changed but the time: status.json is rewritten only this often (`shipper status` trusts
 # one up to 10 s old), so an idle daemon does not create and rename a file every 2 s (issue 14).
 STATUS_SAME_EVERY_S = 6.0
+
+
+# What status.json says that only drifts: rates and ETAs decay for RATE_WINDOW_S after the last
+# line, the state dir's free bytes move with every write anyone makes on that disk, and an output
+# down counts its seconds. A change
+# in them alone waits for STATUS_SAME_EVERY_S, else an idle daemon after a burst (or beside a busy
+# disk) rewrote the file every 2 s: a thread hand-over and 3 wake-ups each (issue 14).
+_DRIFTING = ("updated", "rates", "eta_s")
+_DRIFTING_FILE = ("rate_bytes_per_s", "eta_s")
+
+
+def material(doc: dict[str, Any]) -> dict[str, Any]:
+    """The status without what only drifts: when this changes, status.json is rewritten at once."""
+    out = {k: v for k, v in doc.items() if k not in _DRIFTING}
+    out["files"] = [{k: v for k, v in f.items() if k not in _DRIFTING_FILE} for f in doc.get("files", ())]
+    for key, drifting in (("state_dir", "free_bytes"), ("output", "down_for_s")):
+        part = doc.get(key)
+        if isinstance(part, dict):
+            out[key] = {k: v for k, v in part.items() if k != drifting}
+    return out
 
 
 class StateLock:
@@ -226,15 +246,15 @@ class Service:
                 log.error("pipeline task failed", exc_info=p.failed)
                 return 1
             now = time.monotonic()
-            if now >= next_status:
+            if now >= next_status - IDLE_EARLY_S:      # a coalesced wait may end that much early
                 self._refresh_gauges()
                 doc = self.status_doc()      # taken on the loop: the pipeline is not thread-safe
-                same = {k: v for k, v in doc.items() if k != "updated"}
+                same = material(doc)
                 if same != last_doc or now - last_written >= STATUS_SAME_EVERY_S:
                     await asyncio.to_thread(self._write_status_safe, doc)
                     last_doc, last_written = same, now
                 next_status = now + STATUS_EVERY_S
-            if wd and now >= next_wd:
+            if wd and now >= next_wd - IDLE_EARLY_S:
                 sdnotify.watchdog_ping()
                 next_wd = now + wd
             if self.reload_event.is_set():

@@ -1,7 +1,7 @@
 """`shipper dlq list|replay|purge`: the events Elasticsearch rejected for good.
 
 Stopped daemon: the command opens the spool itself (holding the state lock meanwhile). Running
-daemon: replay and purge go through the daemon (a request file it picks up within a second), so
+daemon: replay and purge go through the daemon (a request file it picks up within a few seconds), so
 only the daemon ever writes its spool; list only reads.
 """
 
