@@ -45,9 +45,9 @@ STATUS_SAME_EVERY_S = 6.0
 
 # What status.json says that only drifts: rates and ETAs decay for RATE_WINDOW_S after the last
 # line, the state dir's free bytes move with every write anyone makes on that disk, and an output
-# down counts its seconds. A change
-# in them alone waits for STATUS_SAME_EVERY_S, else an idle daemon after a burst (or beside a busy
-# disk) rewrote the file every 2 s: a thread hand-over and 3 wake-ups each (issue 14).
+# down counts its seconds. A change in them alone waits for STATUS_SAME_EVERY_S; before, an idle
+# daemon after a burst (or beside a busy disk) rewrote the file every 2 s, a thread hand-over and
+# 3-4 wake-ups each (issue 14).
 _DRIFTING = ("updated", "rates", "eta_s")
 _DRIFTING_FILE = ("rate_bytes_per_s", "eta_s")
 
@@ -250,7 +250,7 @@ class Service:
                 self._refresh_gauges()
                 doc = self.status_doc()      # taken on the loop: the pipeline is not thread-safe
                 same = material(doc)
-                if same != last_doc or now - last_written >= STATUS_SAME_EVERY_S:
+                if same != last_doc or now - last_written >= STATUS_SAME_EVERY_S - IDLE_EARLY_S:
                     await asyncio.to_thread(self._write_status_safe, doc)
                     last_doc, last_written = same, now
                 next_status = now + STATUS_EVERY_S
