@@ -38,8 +38,9 @@ log = logging.getLogger("shipper")
 
 STATUS_FILE = "status.json"
 STATUS_EVERY_S = 2.0
-# Nothing changed but the time: status.json is rewritten only this often (`shipper status` trusts
-# one up to 10 s old), so an idle daemon does not create and rename a file every 2 s (issue 14).
+# Nothing changed but the time and the drifting figures (`material`): status.json is rewritten only
+# this often (`shipper status` trusts one up to 10 s old), so an idle daemon does not create and
+# rename a file every 2 s (issue 14).
 STATUS_SAME_EVERY_S = 6.0
 
 
