@@ -35,6 +35,7 @@ from run import (  # noqa: E402
     _find_target,
     _has_exited,
     _tail,
+    compile_bytecode,
     machine_info,
     print_folded,
     shipper_config,
@@ -337,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     print("# " + "; ".join(f"{n}: {r:,.0f} lines/s every {i:g} ms for {d:g} s" for n, r, i, d in plan)
           + f"; line_bytes={args.line_bytes} gzip={args.gzip} sink_latency_ms={args.sink_latency_ms:g}",
           flush=True)
+    if "shipper" in systems:
+        print(f"# {compile_bytecode(args.python)}", flush=True)
     sink = SinkProcess(latency_ms=args.sink_latency_ms, record_latency=True, python=args.python)
     results = []
     try:
