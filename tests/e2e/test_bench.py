@@ -33,6 +33,29 @@ def test_run_py_ships_a_small_backlog_through_naive_and_shipper(tmp_path: Path) 
         assert row["runs_ok"] == 1 and row["docs"] == 3000, (name, row)
         assert row["requests"] >= 1 and row["peak_rss_mb"] > 0 and row["cpu_per_m"] > 0, (name, row)
     assert "| shipper " in p.stdout and "docs/s vs naive" in p.stdout
+    # the shipper under test runs from bytecode, as an installed one does (not compiled at each start)
+    assert "# byte-compiled " in p.stdout and "not byte-compiled" not in p.stdout, p.stdout[:2000]
+
+
+def test_compile_bytecode_says_when_it_could_not() -> None:
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import run as bench_run
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert bench_run.compile_bytecode(sys.executable).startswith("byte-compiled ")
+    said = bench_run.compile_bytecode(str(REPO / "no-such-python"))
+    assert said.startswith("not byte-compiled ("), said
+
+
+def test_cold_py_prints_every_call_at_every_gap() -> None:
+    p = subprocess.run([sys.executable, "bench/cold.py", "--gaps", "0,1", "--calls", "3"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| ") and not line.startswith(("| call", "| ---"))]
+    assert [r.split(" | ")[0].lstrip("| ") for r in rows] == \
+        ["nothing", "statvfs", "gzip 15 KB", "python 2k ops", "spool commit"], p.stdout
+    assert all(r.count("|") == 4 for r in rows), p.stdout
 
 
 def test_latency_py_measures_a_short_steady_rate(tmp_path: Path) -> None:

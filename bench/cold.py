@@ -1,0 +1,112 @@
+"""What a little work costs right after a thread wakes up: the same call back to back, and after sleeping.
+
+At steady rates (issue 14) shipper does one request cycle per `flush_min_interval` (40 ms): each of
+its threads wakes, does a few hundred microseconds of work and sleeps again. This measures what
+that work costs when the thread has just slept for GAP ms, against the same call repeated without
+a pause, in one process, one call per wake-up, CPU time of the calling thread (time.thread_time:
+user + sys, what the harnesses count):
+
+- `nothing`: the two thread_time calls alone;
+- `statvfs`: one syscall (the spool's free-space look before each commit);
+- `gzip 15 KB`: isal level 1 of a 40-line bulk body (the 1k lines/s scenario's draft);
+- `python 2k ops`: a loop of dict and list operations, no syscall (the interpreter itself);
+- `spool commit`: `Spool.commit_acking` of that body with the previous batch's ack, on a real
+  spool (SQLite WAL, the daemon's settings), as the spool thread does it once per cycle.
+
+    .venv/bin/python bench/cold.py [--gaps 0,1,5,40] [--calls 200]
+
+Figures depend on the machine far more than on shipper (a shared VM whose cores run other
+guests between our wake-ups, CPU power states, mitigations on VM entry): compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+from gen import PinoGenerator  # noqa: E402
+from run import machine_info  # noqa: E402
+
+
+def workloads(state_dir: str) -> list[tuple[str, Callable[[], object]]]:
+    from shipper.codec import gzip_compress
+    from shipper.spool.store import Spool
+
+    lines = [line.encode() + b"\n" for line in PinoGenerator(1, 350).batch(40, time_ms=1_764_000_000_000)]
+    body = b"".join(b'{"create":{"_id":"0d2cd1b4c54a-%d"}}\n' % (i * 350) + ln for i, ln in enumerate(lines))
+    spool = Spool(state_dir, headroom=True)
+    last: list[int] = []
+
+    def commit() -> object:
+        out = spool.commit_acking([(body, len(lines))], {"0d2cd1b4c54a": (0, len(body))}, [], True, last)
+        last[:] = [out[0][0].seq]
+        return out
+
+    def python_ops() -> object:
+        d: dict[str, int] = {}
+        acc = []
+        for i in range(500):
+            d[str(i & 31)] = i
+            acc.append(d.get("7", 0) + i)
+        return acc
+
+    return [
+        ("nothing", lambda: None),
+        ("statvfs", lambda: os.statvfs(state_dir)),
+        ("gzip 15 KB", lambda: gzip_compress(body)),
+        ("python 2k ops", python_ops),
+        ("spool commit", commit),
+    ]
+
+
+def measure(fn: Callable[[], object], calls: int, gap_s: float) -> float:
+    """Median CPU-us of one call, each call after sleeping gap_s (none: back to back)."""
+    for _ in range(5):
+        fn()
+    samples = []
+    for _ in range(calls):
+        if gap_s:
+            time.sleep(gap_s)
+        t0 = time.thread_time()
+        fn()
+        samples.append(time.thread_time() - t0)
+    return statistics.median(samples) * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="the cost of a call right after a wake-up, against back to back")
+    ap.add_argument("--gaps", default="0,1,5,40", help="ms asleep before each call (0: back to back)")
+    ap.add_argument("--calls", type=int, default=200, help="calls per cell (the median is printed)")
+    args = ap.parse_args(argv)
+    gaps = [float(g) for g in args.gaps.split(",") if g.strip()]
+    info = machine_info()
+    print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}")
+    print(f"# median CPU-us of one call (time.thread_time), {args.calls} calls per cell")
+    with tempfile.TemporaryDirectory(prefix="cold-") as d:
+        rows = []
+        for name, fn in workloads(d):
+            rows.append([name] + [measure(fn, args.calls if g < 20 else max(20, args.calls // 4), g / 1000)
+                                  for g in gaps])
+    head = ["call"] + [("back to back" if g == 0 else f"after {g:g} ms asleep") for g in gaps]
+    base = 1 if gaps and gaps[0] == 0 else None
+    print("| " + " | ".join(head) + " |")
+    print("| --- |" + " ---: |" * len(gaps))
+    for row in rows:
+        cells = [row[0]]
+        for i, v in enumerate(row[1:], start=1):
+            ratio = f" ({v / row[base]:.1f}x)" if base is not None and i != base and row[base] > 0 else ""
+            cells.append(f"{v:,.1f}{ratio}")
+        print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
