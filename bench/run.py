@@ -53,7 +53,8 @@ def compile_bytecode(python: str) -> str:
     .pyc files, so every start compiled ~70 modules from source: ~70 ms of CPU and of startup that
     no installed shipper pays. Returns what was done, for the header."""
     code = ("import compileall, os, sys, shipper; d = os.path.dirname(shipper.__file__); "
-            "ok = compileall.compile_dir(d, quiet=2); print(d if ok else 'FAILED: ' + d)")
+            "ok = compileall.compile_dir(d, quiet=2); "
+            "print(d if ok else 'some modules of ' + d + ' did not compile'); sys.exit(0 if ok else 1)")
     try:
         out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
