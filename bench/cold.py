@@ -81,32 +81,36 @@ def measure(fn: Callable[[], object], calls: int, gap_s: float) -> float:
     return statistics.median(samples) * 1e6
 
 
+LONG_GAP_MS = 20     # from here on a cell sleeps so long that it takes a quarter of the calls (at least 20)
+
+
+def calls_at(gap_ms: float, calls: int) -> int:
+    return calls if gap_ms < LONG_GAP_MS else max(20, calls // 4)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="the cost of a call right after a wake-up, against back to back")
     ap.add_argument("--gaps", default="0,1,5,40", help="ms asleep before each call (0: back to back)")
-    ap.add_argument("--calls", type=int, default=200, help="calls per cell (the median is printed)")
+    ap.add_argument("--calls", type=int, default=200,
+                    help=f"calls per cell, a quarter of it after {LONG_GAP_MS} ms or more (the median is printed)")
     args = ap.parse_args(argv)
     gaps = [float(g) for g in args.gaps.split(",") if g.strip()]
     info = machine_info()
     print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}")
-    print(f"# median CPU-us of one call (time.thread_time), {args.calls} calls per cell")
+    print(f"# median CPU-us of one call (time.thread_time), {args.calls} calls per cell "
+          f"({calls_at(LONG_GAP_MS, args.calls)} after {LONG_GAP_MS} ms or more asleep)")
     with tempfile.TemporaryDirectory(prefix="cold-") as d:
-        rows = []
-        for name, fn in workloads(d):
-            rows.append([name] + [measure(fn, args.calls if g < 20 else max(20, args.calls // 4), g / 1000)
-                                  for g in gaps])
-    head = ["call"] + [("back to back" if g == 0 else f"after {g:g} ms asleep") for g in gaps]
-    base = 1 if gaps and gaps[0] == 0 else None
-    print("| " + " | ".join(head) + " |")
+        rows = [(name, [measure(fn, calls_at(g, args.calls), g / 1000) for g in gaps]) for name, fn in workloads(d)]
+    warm = gaps.index(0) if 0 in gaps else None     # the back-to-back column the others are compared to
+    print("| call | " + " | ".join("back to back" if g == 0 else f"after {g:g} ms asleep" for g in gaps) + " |")
     print("| --- |" + " ---: |" * len(gaps))
-    for row in rows:
-        cells = [row[0]]
-        for i, v in enumerate(row[1:], start=1):
-            ratio = f" ({v / row[base]:.1f}x)" if base is not None and i != base and row[base] > 0 else ""
-            cells.append(f"{v:,.1f}{ratio}")
-        print("| " + " | ".join(cells) + " |")
+    for name, values in rows:
+        cells = []
+        for i, v in enumerate(values):
+            base = values[warm] if warm is not None and i != warm else 0.0
+            cells.append(f"{v:,.1f}" + (f" ({v / base:.1f}x)" if base > 0 else ""))
+        print(f"| {name} | " + " | ".join(cells) + " |")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
