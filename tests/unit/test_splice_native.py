@@ -262,11 +262,23 @@ def test_crafted_keys_cost_no_more_than_the_python_path(line: bytes) -> None:
 def _key_hash(key: bytes) -> int:
     """A mirror of key_hash in _native.c, to craft keys that collide in its table."""
     m = 2**64 - 1
-    h = 0x243F6A8885A308D3 ^ len(key)
-    for i in range(0, len(key), 8):
-        w = int.from_bytes(key[i:i + 8], "little")
+
+    def mix(h: int, w: int) -> int:
         h = ((h ^ w) * 0x9E3779B97F4A7C15) & m
-        h ^= h >> 29
+        return h ^ (h >> 29)
+
+    n = len(key)
+    h = 0x243F6A8885A308D3 ^ n
+    if n >= 8:
+        i = 0
+        while n - i > 8:
+            h = mix(h, int.from_bytes(key[i:i + 8], "little"))
+            i += 8
+        h = mix(h, int.from_bytes(key[n - 8:], "little"))
+    elif n >= 4:
+        h = mix(h, int.from_bytes(key[:4], "little") | int.from_bytes(key[n - 4:], "little") << 32)
+    elif n:
+        h = mix(h, key[0] | key[n >> 1] << 8 | key[n - 1] << 16)
     h = (h * 0xBF58476D1CE4E5B9) & m
     return h ^ (h >> 32)
 
