@@ -644,6 +644,11 @@ def open_cache(path: str, db_path: str) -> diskcache.Cache:
             # while the destination is slow; the queue is written and read sequentially anyway.
             sqlite_cache_size=256,
             sqlite_mmap_size=0,
+            # diskcache's count/size triggers make every set() a statement SQLite may have to undo
+            # alone: its statement journal spilled to a temporary file (created, written, unlinked
+            # in $TMPDIR) for every batch over 64 KiB. In memory: -90 us of the spool thread per
+            # 2,000-doc commit (bench/README.md, issue 14's seventh round).
+            sqlite_temp_store=2,
         )
     except sqlite3.DatabaseError as e:
         if is_damage(e):

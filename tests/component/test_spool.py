@@ -357,3 +357,44 @@ def test_records_round_trip_through_orjson_covers(spool: Spool) -> None:
         assert orjson.loads(orjson.dumps(s.checkpoints["x" * 12].to_dict()))["offset"] == 9
     finally:
         s.close()
+
+
+# ---------------------------------------------------------------- temporary files
+
+TEMP_CHILD = textwrap.dedent("""
+    import ctypes, os, sys
+    from shipper.model import Checkpoint
+    from shipper.spool import Spool
+    state_dir, tmp, mode = sys.argv[1:]
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK)
+    assert fd >= 0 and libc.inotify_add_watch(fd, tmp.encode(), 0x100) >= 0    # IN_CREATE
+    s = Spool(state_dir)
+    if mode == "disk":
+        s.cache.reset("sqlite_temp_store", 0)       # SQLite's default: statement journals may spill
+    big = os.urandom(300_000)                       # a batch over the 64 KiB spill threshold
+    for i in range(3):
+        s.commit([(big, 1)], {"inc": (i, i + 1)}, [Checkpoint("inc", "/l", 1, 2, 16, "fp", i + 1)], False)
+    s.ack(1)
+    s.commit_acking([(big, 1)], {"inc": (3, 4)}, [Checkpoint("inc", "/l", 1, 2, 16, "fp", 4)], False, [2])
+    s.close()
+    try:
+        print(len(os.read(fd, 65536)))
+    except BlockingIOError:
+        print(0)
+""")
+
+
+@pytest.mark.parametrize("mode, creates", [("memory", False), ("disk", True)])
+def test_large_commits_write_no_temporary_file(tmp_path: Path, mode: str, creates: bool) -> None:
+    """diskcache's triggers make each set() need a statement journal; over 64 KiB SQLite spilled
+    it to a temporary file in $SQLITE_TMPDIR for every large batch (issue 14). The spool keeps
+    them in memory; the control run (`disk`, SQLite's default) shows the watch sees them."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), SQLITE_TMPDIR=str(tmp))
+    p = subprocess.run([sys.executable, "-c", TEMP_CHILD, str(tmp_path / "state"), str(tmp), mode],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (int(p.stdout) > 0) is creates, p.stdout
+    assert list(tmp.iterdir()) == []
