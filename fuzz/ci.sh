@@ -11,7 +11,7 @@ seconds=${FUZZ_SECONDS:-60}
 "$py" -c "import atheris" 2>/dev/null || .venv/bin/pip install -q atheris
 fuzz/build.sh >/dev/null
 "$py" fuzz/make_corpus.py "$out/corpus" >/dev/null
-mkdir -p "$out/artifacts" "$out/ci-corpus/scan" "$out/ci-corpus/splice" "$out/ci-corpus/lines"
+mkdir -p "$out/artifacts" "$out/ci-corpus/scan" "$out/ci-corpus/splice" "$out/ci-corpus/lines" "$out/ci-corpus/fused"
 so=$(ls "$PWD/$out"/_native.*.so)
 asan_rt=$(clang -print-file-name="libclang_rt.asan-$(uname -m).so")
 atheris_rt="$("$py" -c 'import atheris; print(atheris.path())')/asan_with_fuzzer.so"
@@ -19,10 +19,10 @@ export ASAN_OPTIONS=detect_leaks=0:malloc_context_size=0:quarantine_size_mb=64:a
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export SHIPPER_NATIVE_MODULE=$so
 
-echo "== sanitizer build: tests/unit/test_splice*.py test_lines.py against $so"
+echo "== sanitizer build: tests/unit/test_splice*.py test_lines.py test_split_splice.py against $so"
 LD_PRELOAD=$asan_rt "$py" -c "from shipper import native; assert native.module.__file__ == '$so', native.module"
 LD_PRELOAD=$asan_rt "$py" -m pytest -q -p no:randomly tests/unit/test_splice.py tests/unit/test_splice_native.py \
-  tests/unit/test_lines.py
+  tests/unit/test_lines.py tests/unit/test_split_splice.py
 
 fuzz_run() {   # name, log, command...: run one fuzzer; on a crash print the log's end and the reproducer
   local name=$1 log=$2
@@ -48,3 +48,6 @@ fuzz_run splice_fuzz "$out/splice_fuzz.log" env LD_PRELOAD="$atheris_rt" "$py" f
 fuzz_run lines_fuzz "$out/lines_fuzz.log" env LD_PRELOAD="$atheris_rt" "$py" fuzz/lines_fuzz.py -detect_leaks=0 \
   -max_total_time=15 -max_len=2048 -timeout=30 -artifact_prefix="$out/artifacts/" \
   "$out/ci-corpus/lines" "$out/corpus/lines"
+fuzz_run fused_fuzz "$out/fused_fuzz.log" env LD_PRELOAD="$atheris_rt" "$py" fuzz/fused_fuzz.py -detect_leaks=0 \
+  -max_total_time=15 -dict=fuzz/json.dict -max_len=4096 -timeout=30 -artifact_prefix="$out/artifacts/" \
+  "$out/ci-corpus/fused" "$out/corpus/fused"

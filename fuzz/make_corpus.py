@@ -1,4 +1,4 @@
-"""Writes the seed corpora of the fuzzers into OUT/scan, OUT/splice and OUT/lines (one file each),
+"""Writes the seed corpora of the fuzzers into OUT/scan, OUT/splice, OUT/lines and OUT/fused (one file each),
 from bench/gen.py's pino lines, the splice test corpus (tests/unit/test_splice.py) and the
 hostile lines of bench/native_worst.py (cut down). Deterministic: same files every run.
 
@@ -46,7 +46,11 @@ def main(argv: list[str]) -> int:
     heads = [bytes([limit, start, *sizes]) for limit in (4, 47, 255) for start in (0, 3, 0x4b, 0xfe)
              for sizes in ((1, 7, 63, 2), (64, 64, 64, 64))]
     n_lines = write(os.path.join(out, "lines"), [h + blk[:1500] for h in heads for blk in blocks])
-    print(f"seeds: {n_scan} scan, {n_splice} splice, {n_lines} lines in {out}")
+    mixed = b"\n".join(pino[:12] + list(CORPUS[:12])) + b"\n"
+    fused_heads = [bytes([limit, start, ctl, *sizes]) for limit in (47, 250) for start in (0, 3, 0x4b)
+                   for ctl in (0, 1, 2, 3, 4 | (ord("{") % 32) << 3) for sizes in ((1, 7, 63, 2), (250, 250, 250, 250))]
+    n_fused = write(os.path.join(out, "fused"), [h + blk[:4000] for h in fused_heads for blk in (text, mixed)])
+    print(f"seeds: {n_scan} scan, {n_splice} splice, {n_lines} lines, {n_fused} fused in {out}")
     return 0
 
 

@@ -618,35 +618,135 @@ static const char LEVEL_KEY[] = ",\"level\":";
 
 #ifndef SHIPPER_SCAN_ONLY
 
-static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *events_arg, *events, *out, *head, *prefix_for, *fallback, *reserved;
+/* What the bulk pairs of one call are written with (splice's arguments after `events`). */
+typedef struct {
+    PyObject *out, *head, *prefix_for, *fallback;
     const char *inc, *mid, *tail;
     Py_ssize_t inc_n, mid_n, tail_n;
-    long long ms_min, ms_max;
-    if (!PyArg_ParseTuple(args, "O!O!OOy#y#y#O!OLL", &PyList_Type, &events_arg, &PyList_Type, &out, &head,
-                          &prefix_for, &inc, &inc_n, &mid, &mid_n, &tail, &tail_n, &PyTuple_Type, &reserved,
-                          &fallback, &ms_min, &ms_max))
-        return NULL;
+    rules_t R;
+    long long cached_sec;
+    PyObject *cached_head;     /* owned: prefix_for's answer for cached_sec */
+    long long total;           /* bytes appended to out */
+} emit_t;
+
+/* The reserved keys and the time range; 0 with an exception set when they are malformed. */
+static int emit_init(emit_t *E, PyObject *head, PyObject *reserved, long long ms_min, long long ms_max) {
+    E->cached_sec = -1;
+    E->cached_head = NULL;
+    E->total = 0;
     if (head != Py_None && !PyBytes_Check(head)) {
         PyErr_SetString(PyExc_TypeError, "head: bytes or None");
-        return NULL;
+        return 0;
     }
-    rules_t R;
-    set_time_range(&R, ms_min, ms_max);
-    R.n = (int)PyTuple_GET_SIZE(reserved);
-    if (R.n > MAX_RESERVED) {
+    set_time_range(&E->R, ms_min, ms_max);
+    E->R.n = (int)PyTuple_GET_SIZE(reserved);
+    if (E->R.n > MAX_RESERVED) {
         PyErr_SetString(PyExc_ValueError, "too many reserved keys");
-        return NULL;
+        return 0;
     }
-    for (int i = 0; i < R.n; i++) {
+    for (int i = 0; i < E->R.n; i++) {
         PyObject *k = PyTuple_GET_ITEM(reserved, i);
         if (!PyBytes_Check(k)) {
             PyErr_SetString(PyExc_TypeError, "reserved: a tuple of bytes");
-            return NULL;
+            return 0;
         }
-        R.keys[i].p = (const unsigned char *)PyBytes_AS_STRING(k);
-        R.keys[i].n = PyBytes_GET_SIZE(k);
+        E->R.keys[i].p = (const unsigned char *)PyBytes_AS_STRING(k);
+        E->R.keys[i].n = PyBytes_GET_SIZE(k);
     }
+    return 1;
+}
+
+/* The event the scan did not take, to the fallback; 0 on an exception. */
+static int emit_fallback(emit_t *E, PyObject *ev) {
+    PyObject *r = PyObject_CallOneArg(E->fallback, ev);
+    if (r == NULL)
+        return 0;
+    long long got = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (got == -1 && PyErr_Occurred())
+        return 0;
+    E->total += got;
+    return 1;
+}
+
+/* The bulk pair of a line the scan took (S->ok), appended to out; 0 on an exception. */
+static int emit_pair(emit_t *E, const scan_t *S, const unsigned char *data, long long start) {
+    PyObject *hd = E->head;
+    if (hd == Py_None) {
+        long long sec = S->time_ms / 1000;
+        if (E->cached_head == NULL || sec != E->cached_sec) {
+            PyObject *r = PyObject_CallFunction(E->prefix_for, "L", sec);
+            if (r == NULL || !PyBytes_Check(r)) {
+                if (r != NULL) {
+                    Py_DECREF(r);
+                    PyErr_SetString(PyExc_TypeError, "prefix_for must return bytes");
+                }
+                return 0;
+            }
+            Py_XSETREF(E->cached_head, r);
+            E->cached_sec = sec;
+        }
+        hd = E->cached_head;
+    }
+    char sb[24];
+    int sb_n = fmt_uint(sb, start);
+    const char *lv;
+    Py_ssize_t lv_n;
+    if (S->level) {
+        lv = LEVEL_TEXT[S->level / 10];
+        lv_n = (Py_ssize_t)strlen(lv);
+    } else {
+        lv = "}";
+        lv_n = 1;
+    }
+    Py_ssize_t body_n = S->body_end - 1;  /* the line from after its '{' to its '}' */
+    Py_ssize_t size = PyBytes_GET_SIZE(hd) + E->inc_n + sb_n + TS_LEN + E->mid_n + sb_n + lv_n + E->tail_n + body_n + 1;
+    if (S->level_str.n)
+        size += (Py_ssize_t)(sizeof(LEVEL_KEY) - 1) + S->level_str.n + 1 - lv_n;
+    if (S->msg.n)
+        size += (Py_ssize_t)(sizeof(MSG_KEY) - 1) + S->msg.n;
+    PyObject *pair = PyBytes_FromStringAndSize(NULL, size);
+    if (pair == NULL)
+        return 0;
+    char *w = PyBytes_AS_STRING(pair);
+    w = put(w, PyBytes_AS_STRING(hd), PyBytes_GET_SIZE(hd));
+    w = put(w, E->inc, E->inc_n);
+    w = put(w, sb, sb_n);
+    fmt_ts(w, S->time_ms);
+    w += TS_LEN;
+    w = put(w, E->mid, E->mid_n);
+    w = put(w, sb, sb_n);
+    if (S->level_str.n) {
+        w = put(w, LEVEL_KEY, sizeof(LEVEL_KEY) - 1);
+        w = put(w, S->level_str.p, S->level_str.n);
+        *w++ = '}';
+    } else {
+        w = put(w, lv, lv_n);
+    }
+    if (S->msg.n) {
+        w = put(w, MSG_KEY, sizeof(MSG_KEY) - 1);
+        w = put(w, S->msg.p, S->msg.n);
+    }
+    w = put(w, E->tail, E->tail_n);
+    w = put(w, data + 1, body_n);
+    *w++ = '\n';
+    int ok = PyList_Append(E->out, pair) == 0;
+    Py_DECREF(pair);
+    E->total += size;
+    return ok;
+}
+
+static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *events_arg, *events, *head, *reserved;
+    long long ms_min, ms_max;
+    emit_t E;
+    if (!PyArg_ParseTuple(args, "O!O!OOy#y#y#O!OLL", &PyList_Type, &events_arg, &PyList_Type, &E.out, &head,
+                          &E.prefix_for, &E.inc, &E.inc_n, &E.mid, &E.mid_n, &E.tail, &E.tail_n, &PyTuple_Type,
+                          &reserved, &E.fallback, &ms_min, &ms_max))
+        return NULL;
+    E.head = head;
+    if (!emit_init(&E, head, reserved, ms_min, ms_max))
+        return NULL;
 
     /* our own list of the events: the bytes the scan points into stay alive whatever the
      * fallback (Python) does meanwhile */
@@ -696,105 +796,19 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
         if (datas[i] == NULL)
             scans[i].ok = 0;
         else
-            scan_line(P, datas[i], lens[i], &R, &scans[i]);
+            scan_line(P, datas[i], lens[i], &E.R, &scans[i]);
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(P);
 
-    long long total = 0, cached_sec = -1;
-    PyObject *cached_head = NULL;  /* owned */
     int failed = 0;
     for (Py_ssize_t i = 0; i < n && !failed; i++) {
-        PyObject *ev = PyList_GET_ITEM(events, i);
-        scan_t *S = &scans[i];
-        if (!S->ok) {
-            PyObject *r = PyObject_CallOneArg(fallback, ev);
-            if (r == NULL) {
-                failed = 1;
-                break;
-            }
-            long long got = PyLong_AsLongLong(r);
-            Py_DECREF(r);
-            if (got == -1 && PyErr_Occurred()) {
-                failed = 1;
-                break;
-            }
-            total += got;
-            continue;
-        }
-        PyObject *hd = head;
-        if (head == Py_None) {
-            long long sec = S->time_ms / 1000;
-            if (cached_head == NULL || sec != cached_sec) {
-                PyObject *r = PyObject_CallFunction(prefix_for, "L", sec);
-                if (r == NULL || !PyBytes_Check(r)) {
-                    if (r != NULL) {
-                        Py_DECREF(r);
-                        PyErr_SetString(PyExc_TypeError, "prefix_for must return bytes");
-                    }
-                    failed = 1;
-                    break;
-                }
-                Py_XDECREF(cached_head);
-                cached_head = r;
-                cached_sec = sec;
-            }
-            hd = cached_head;
-        }
-        long long start = starts[i];
-        char sb[24];
-        int sb_n = fmt_uint(sb, start);
-        const char *lv;
-        Py_ssize_t lv_n;
-        if (S->level) {
-            lv = LEVEL_TEXT[S->level / 10];
-            lv_n = (Py_ssize_t)strlen(lv);
-        } else {
-            lv = "}";
-            lv_n = 1;
-        }
-        Py_ssize_t body_n = S->body_end - 1;  /* the line from after its '{' to its '}' */
-        Py_ssize_t size = PyBytes_GET_SIZE(hd) + inc_n + sb_n + TS_LEN + mid_n + sb_n + lv_n + tail_n + body_n + 1;
-        if (S->level_str.n)
-            size += (Py_ssize_t)(sizeof(LEVEL_KEY) - 1) + S->level_str.n + 1 - lv_n;
-        if (S->msg.n)
-            size += (Py_ssize_t)(sizeof(MSG_KEY) - 1) + S->msg.n;
-        PyObject *pair = PyBytes_FromStringAndSize(NULL, size);
-        if (pair == NULL) {
-            failed = 1;
-            break;
-        }
-        char *w = PyBytes_AS_STRING(pair);
-        w = put(w, PyBytes_AS_STRING(hd), PyBytes_GET_SIZE(hd));
-        w = put(w, inc, inc_n);
-        w = put(w, sb, sb_n);
-        fmt_ts(w, S->time_ms);
-        w += TS_LEN;
-        w = put(w, mid, mid_n);
-        w = put(w, sb, sb_n);
-        if (S->level_str.n) {
-            w = put(w, LEVEL_KEY, sizeof(LEVEL_KEY) - 1);
-            w = put(w, S->level_str.p, S->level_str.n);
-            *w++ = '}';
-        } else {
-            w = put(w, lv, lv_n);
-        }
-        if (S->msg.n) {
-            w = put(w, MSG_KEY, sizeof(MSG_KEY) - 1);
-            w = put(w, S->msg.p, S->msg.n);
-        }
-        w = put(w, tail, tail_n);
-        w = put(w, datas[i] + 1, body_n);
-        *w++ = '\n';
-        if (PyList_Append(out, pair) < 0) {
-            Py_DECREF(pair);
-            failed = 1;
-            break;
-        }
-        Py_DECREF(pair);
-        total += size;
+        if (!scans[i].ok)
+            failed = !emit_fallback(&E, PyList_GET_ITEM(events, i));
+        else
+            failed = !emit_pair(&E, &scans[i], datas[i], starts[i]);
     }
-    Py_XDECREF(cached_head);
+    Py_XDECREF(E.cached_head);
     Py_DECREF(events);
     PyMem_Free(scans);
     PyMem_Free(datas);
@@ -802,7 +816,7 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
     PyMem_Free(starts);
     if (failed)
         return NULL;
-    return PyLong_FromLongLong(total);
+    return PyLong_FromLongLong(E.total);
 }
 
 /* ---------------------------------------------------------------- line splitting
@@ -924,9 +938,187 @@ done:
     return res;
 }
 
+/* ---------------------------------------------------------------- split and splice at once
+ *
+ * split_splice(chunk, carry, pos, limit, truncated_flag, sniff,
+ *              out, head, prefix_for, inc, mid, tail, reserved, fallback, ms_min, ms_max)
+ *     -> (pos, tail_index, lines, first_start, last_end, nbytes) or None
+ * The same as `lines, pos, tail_index = split_lines(chunk, carry, pos, limit, truncated_flag)`
+ * followed by `nbytes = splice(lines, out, head, ...)`, with the same results (tests/unit/
+ * test_split_splice.py and fuzz/fused_fuzz.py hold it to that), except that a line the scan takes
+ * never becomes a Python object: it is scanned where it was read (in `chunk`) and only its bulk
+ * pair is made. A line the scan does not take becomes the (start, end, data, flags) tuple
+ * split_lines makes and goes to `fallback`, in order. `lines` counts the complete lines;
+ * first_start and last_end are the first one's start and the last one's end (-1 without lines).
+ * None, before anything is built or appended, when the caller must split and build this chunk
+ * itself: the bytes after the last newline are more than `limit` (LineSplitter may cut them into
+ * a line of their own, which goes with the others), or `sniff` (a callable or None) answers true
+ * for the first and the last line's bytes (format auto: a container log, for the joiner).
+ * In a backlog this saves the tuple, the bytes and the end int of every line, and reading them
+ * back (issue 14). */
+typedef struct {
+    long long start, end;
+    const unsigned char *p;
+    Py_ssize_t n;
+    long flags;
+} fline_t;
+
+static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer cb, carry_b;
+    long long pos;
+    Py_ssize_t limit;
+    long truncated;
+    PyObject *head, *reserved, *sniff;
+    long long ms_min, ms_max;
+    emit_t E;
+    if (!PyArg_ParseTuple(args, "y*y*LnlOO!OOy#y#y#O!OLL", &cb, &carry_b, &pos, &limit, &truncated, &sniff,
+                          &PyList_Type, &E.out, &head, &E.prefix_for, &E.inc, &E.inc_n, &E.mid, &E.mid_n,
+                          &E.tail, &E.tail_n, &PyTuple_Type, &reserved, &E.fallback, &ms_min, &ms_max))
+        return NULL;
+    E.head = head;
+    E.cached_head = NULL;
+    PyObject *res = NULL;
+    fline_t *lines = NULL;
+    scan_t *scans = NULL;
+    parser_t *P = NULL;
+    unsigned char *joined = NULL;   /* the first line when it starts in the carry */
+    Py_ssize_t nlines = 0, cap = 0;
+    int nomem = 0;
+    const unsigned char *c = cb.buf, *carry = carry_b.buf;
+    Py_ssize_t cn = cb.len, carry_n = carry_b.len;
+    const unsigned char *p = c, *end = c + cn;
+    if (!emit_init(&E, head, reserved, ms_min, ms_max))
+        goto done;
+    if (limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "limit must be positive");
+        goto done;
+    }
+    if (pos < 0 || pos > LLONG_MAX - cn - carry_n - 1) {
+        PyErr_SetString(PyExc_OverflowError, "offset out of range");   /* LineSplitter loops in Python there */
+        goto done;
+    }
+    /* the lines and their scans, without the GIL: the buffers stay exported to us meanwhile */
+    Py_BEGIN_ALLOW_THREADS
+    int first = 1;
+    for (;;) {
+        const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (nl == NULL)
+            break;
+        const unsigned char *a = first ? carry : NULL, *b = p;
+        Py_ssize_t an = first ? carry_n : 0, bn = nl - p;
+        first = 0;
+        p = nl + 1;
+        /* the rules of emit_line (split_lines), line for line */
+        Py_ssize_t n = an + bn, k = 0;
+        long long start = pos;
+        pos += n + 1;
+        while (k < n && (k < an ? a[k] : b[k - an]) == 0)
+            k++;
+        n -= k;
+        if (n > 0 && (bn > 0 ? b[bn - 1] : a[an - 1]) == '\r')
+            n--;
+        if (n <= 0)
+            continue;
+        long flags = 0;
+        if (n > limit) {
+            n = limit;
+            flags = truncated;
+        }
+        const unsigned char *data;
+        if (k >= an) {
+            data = b + (k - an);
+        } else {
+            joined = PyMem_RawMalloc((size_t)n);
+            if (joined == NULL) {
+                nomem = 1;
+                break;
+            }
+            Py_ssize_t from_a = an - k < n ? an - k : n;
+            memcpy(joined, a + k, (size_t)from_a);
+            if (n > from_a)
+                memcpy(joined + from_a, b, (size_t)(n - from_a));
+            data = joined;
+        }
+        if (nlines == cap) {
+            Py_ssize_t ncap = cap ? 2 * cap : 256;
+            fline_t *grown = PyMem_RawRealloc(lines, sizeof(fline_t) * (size_t)ncap);
+            if (grown == NULL) {
+                nomem = 1;
+                break;
+            }
+            lines = grown;
+            cap = ncap;
+        }
+        lines[nlines++] = (fline_t){start + k, pos, data, n, flags};
+    }
+    if (!nomem && nlines) {
+        scans = PyMem_RawMalloc(sizeof(scan_t) * (size_t)nlines);
+        P = PyMem_RawCalloc(1, sizeof(parser_t));   /* the key table starts empty */
+        if (scans == NULL || P == NULL)
+            nomem = 1;
+        else
+            for (Py_ssize_t i = 0; i < nlines; i++) {
+                if (lines[i].flags != 0)
+                    scans[i].ok = 0;   /* a cut line: the fallback's, as in splice */
+                else
+                    scan_line(P, lines[i].p, lines[i].n, &E.R, &scans[i]);
+            }
+    }
+    Py_END_ALLOW_THREADS
+    if (nomem) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (nlines && end - p > limit) {
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (nlines && sniff != Py_None) {
+        PyObject *r = PyObject_CallFunction(sniff, "y#y#", (const char *)lines[0].p, lines[0].n,
+                                            (const char *)lines[nlines - 1].p, lines[nlines - 1].n);
+        if (r == NULL)
+            goto done;
+        int yes = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (yes < 0)
+            goto done;
+        if (yes) {
+            res = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < nlines; i++) {
+        const fline_t *L = &lines[i];
+        if (scans[i].ok) {
+            if (!emit_pair(&E, &scans[i], L->p, L->start))
+                goto done;
+            continue;
+        }
+        PyObject *ev = Py_BuildValue("(LLy#l)", L->start, L->end, (const char *)L->p, L->n, L->flags);
+        if (ev == NULL)
+            goto done;
+        int ok = emit_fallback(&E, ev);
+        Py_DECREF(ev);
+        if (!ok)
+            goto done;
+    }
+    res = Py_BuildValue("(LnnLLL)", pos, (Py_ssize_t)(p - c), nlines, nlines ? lines[0].start : -1LL,
+                        nlines ? lines[nlines - 1].end : -1LL, E.total);
+done:
+    Py_XDECREF(E.cached_head);
+    PyMem_RawFree(lines);
+    PyMem_RawFree(scans);
+    PyMem_RawFree(P);
+    PyMem_RawFree(joined);
+    PyBuffer_Release(&cb);
+    PyBuffer_Release(&carry_b);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"splice", splice, METH_VARARGS, "Append the bulk pairs of a batch of events to a list (see the module)."},
     {"split_lines", split_lines, METH_VARARGS, "The complete lines of carry + chunk (see LineSplitter.feed)."},
+    {"split_splice", split_splice, METH_VARARGS, "split_lines, then splice of its lines, without making the lines the scan takes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,10 +8,18 @@ An event (one line, or a multiline group) has the same shape; its offset is its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 Line = tuple[int, int, bytes, int]
+
+# A document builder's C loop bound to one batch (`DocBuilder.split_builder`), called by
+# `LineSplitter.feed_built` as split(chunk, carry, offset, max_line_bytes, FLAG_TRUNCATED): it
+# splits as LineSplitter.feed does and builds each line's bulk pair at once
+# (`_native.split_splice`): (offset, tail_index, lines, first_start, last_end, nbytes), or None
+# when it leaves the chunk to feed (and the caller's build).
+SplitBuild = Callable[[Any, bytes, int, int, int], "tuple[int, int, int, int, int, int] | None"]
 
 FLAG_TRUNCATED = 1          # the line was longer than max_line_bytes and was cut
 FLAG_MULTILINE_CAPPED = 2   # a multiline event reached max_lines

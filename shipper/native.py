@@ -40,3 +40,4 @@ else:
 _on = module is not None and not PURE_PYTHON
 splice: Any = module.splice if _on else None             # DocBuilder: JSON line -> bulk pair
 split_lines: Any = module.split_lines if _on else None   # LineSplitter.feed: the complete lines
+split_splice: Any = module.split_splice if _on else None  # both at once (DocBuilder.split_builder)

@@ -15,13 +15,14 @@ is the reference for what every document holds.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from shipper import native
 from shipper.config import InputConfig
-from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line
+from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line, SplitBuild
 from shipper.parse.doc_splice import build_general, build_source
 from shipper.parse.doc_values import (
     _FAST_MS_MAX,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from shipper.parse.container_doc import ContainerDocs
 
 native_splice = native.splice      # the C fast path, or None (shipper/native.py)
+native_split_splice = native.split_splice   # the same, fused with line splitting (split_builder)
 
 
 # The keys enrichment adds or overwrites at the top level: a JSON line with none of them (nor the
@@ -101,6 +103,7 @@ class DocBuilder:
         self._reserved_bytes = tuple(k.encode() for k in self._splice_reserved or ())
         if len(self._reserved_bytes) > 64:       # the C scan's limit; a config with 60 fields is rare
             self._native = None
+        self._split_splice = native_split_splice if self._native is not None else None
 
     def _splice_keys(self, inp: InputConfig) -> frozenset[str] | None:
         """The top-level keys that send a JSON line to full re-serialisation; None: never splice.
@@ -331,16 +334,50 @@ class DocBuilder:
                 continue
             except TypeError:
                 pass
-            start, _end, data, flags = ev
-            r = self.to_doc(data, flags, path, start, now, as_text=True)
-            if r is None:
-                continue
-            doc, t = r
-            pair = b"".join((self._prefix(self.router.route(doc, t)), incarnation.encode(),
-                             b"-%d\"}}\n" % start, _dumps(doc), b"\n"))
-            nbytes += len(pair)
-            out.append(pair)
+            nbytes += self._as_text(incarnation, path, ev, now, out)
         return nbytes
+
+    def _as_text(self, incarnation: str, path: str, ev: Line, now: float, out: list[bytes]) -> int:
+        """The line as text, flagged json_parse_failed (what `build` makes of a TypeError)."""
+        start, _end, data, flags = ev
+        r = self.to_doc(data, flags, path, start, now, as_text=True)
+        if r is None:
+            return 0
+        doc, t = r
+        pair = b"".join((self._prefix(self.router.route(doc, t)), incarnation.encode(),
+                         b"-%d\"}}\n" % start, _dumps(doc), b"\n"))
+        out.append(pair)
+        return len(pair)
+
+    def split_builder(self, incarnation: str, path: str, now: float, out: list[bytes],
+                      sniff: Callable[[bytes, bytes], bool] | None = None) -> SplitBuild | None:
+        """`build` fused with line splitting, for one file's batch (`LineSplitter.feed_built`): the
+        C loop scans each line where it was read and appends its pair to `out`, so a line it takes
+        never becomes a Python object (`_native.split_splice`). Every line gets the document
+        `build` gives it. None where `build` would not take the C path. `sniff(first, last)`
+        (format auto) sees the first and last line of each chunk first; true: the caller splits
+        and builds that chunk itself (a container log)."""
+        fused = self._split_splice
+        if fused is None:
+            return None
+
+        def one(ev: Line) -> int:
+            # a line the scan did not take: what `build` gives it alone (TypeError: as text)
+            n0 = len(out)
+            try:
+                return self._build_general(incarnation, path, [ev], now, out)
+            except TypeError:
+                del out[n0:]
+            return self._as_text(incarnation, path, ev, now, out)
+
+        rest = (out, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
+                self._path_bytes(path), self._fields_bytes + b",", self._reserved_bytes, one,
+                _FAST_MS_MIN, _FAST_MS_MAX)
+
+        def split(chunk: Any, carry: bytes, pos: int, limit: int, flag: int) -> tuple[int, int, int, int, int, int] | None:
+            return fused(chunk, carry, pos, limit, flag, sniff, *rest)  # type: ignore[no-any-return]
+
+        return split
 
     def _build(self, incarnation: str, path: str, events: list[Line], now: float,
                out: list[bytes]) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from shipper.clock import Clock
 from shipper.config import Config
 from shipper.events import Events
-from shipper.model import Checkpoint, Line
+from shipper.model import Checkpoint, Line, SplitBuild
 from shipper.parse.container import (
     ContainerEvent,
     ContainerFormat,
@@ -37,11 +37,17 @@ from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
 from shipper.tail.files import FileSet, Holder, Key, OpenFile, Parked, disk_stat
 from shipper.tail.harvester import CHUNK_BYTES, GzipReader, Harvester
+from shipper.tail.lines import Built
 from shipper.tail.recovery import Recovery
 
 DELETED_GRACE_S = 1.0         # a deleted file, read to its end, is closed this long after its last growth
 READ_BYTES = 256 * 1024       # per file and read round: 4 x 1 MiB copies cost RSS and page faults
 ROOM_FILL = 0.9               # a read round aims at this share of the lines the draft still has room for
+
+
+def _container_edge(first: bytes, last: bytes) -> bool:
+    """Format auto's sniff (`FileReader._sniff`) on a chunk's first and last line."""
+    return is_container_record(first) or is_container_record(last)
 
 
 class FileReader:
@@ -115,26 +121,54 @@ class FileReader:
                 budget = min(budget, max(4096, int(left * f.line_bytes * ROOM_FILL)))
             else:
                 budget = min(budget, 64 * 1024)     # line length not known yet: a first look
-            lines = h.read(budget)
-            if not lines and h.splitter.offset == f.checkpoint.offset:
+            split = self._split_builder(f, now_wall) if f.holder is None else None
+            if split is None:
+                lines, built, built_docs = h.read(budget), None, 0
+            else:
+                # the C loop builds the lines as it splits them, into the draft (issue 14)
+                n0, was_empty = len(draft.parts), draft.empty()
+                lines, built = h.read_built(budget, split)
+                built_docs = len(draft.parts) - n0
+                if was_empty and built_docs:
+                    draft.started = now_mono
+            nlines = len(lines) + (built.lines if built is not None else 0)
+            if not nlines and h.splitter.offset == f.checkpoint.offset:
                 continue
-            if lines:
-                f.line_bytes = (lines[-1][1] - lines[0][0]) / len(lines)
-            progressed = progressed or bool(lines) or not h.at_eof
+            if nlines:
+                first = built.first if built is not None and built.lines else lines[0][0]
+                last = lines[-1][1] if lines else built.last if built is not None else 0
+                f.line_bytes = (last - first) / nlines
+            progressed = progressed or bool(nlines) or not h.at_eof
             backlog = backlog or not h.at_eof
-            h.last_growth = now_mono if lines else h.last_growth
-            self.take(f, lines, now_wall, now_mono)
+            h.last_growth = now_mono if nlines else h.last_growth
+            self.take(f, lines, now_wall, now_mono, built=built, built_docs=built_docs)
             if draft.events >= room.full_events or draft.nbytes >= room.max_bytes:
                 backlog = True
                 break
         return Progress(progressed, backlog)
 
+    def _split_builder(self, f: OpenFile, now_wall: float) -> SplitBuild | None:
+        """The input's builder fused with the splitter, for a file read line by line (no joiner,
+        no multiline); format auto's sniff looks at each chunk's first and last line first."""
+        inp = self.cfg.inputs[f.input_idx]
+        if inp.multiline is not None:
+            return None
+        cp = f.checkpoint
+        return self.builders[f.input_idx].split_builder(cp.incarnation, cp.path, now_wall, self.writer.draft.parts,
+                                                        _container_edge if inp.format == "auto" else None)
+
     def take(self, f: OpenFile, lines: list[Line], now_wall: float, now_mono: float, *, grouped: bool = False,
-             records: list[ContainerEvent] | None = None) -> None:
+             records: list[ContainerEvent] | None = None, built: Built | None = None, built_docs: int = 0) -> None:
         """Parse lines of one file into the draft and move its checkpoint (`grouped`: already
-        events; `records`: joined container records, built after `lines`)."""
+        events; `records`: joined container records, built after `lines`; `built`: lines the
+        fused loop already built into the draft, `built_docs` pairs, before `lines`)."""
         cp = f.checkpoint
         nread = len(lines)
+        if built is not None and built.lines:
+            nread += built.lines
+            self.writer.draft.events += built_docs
+            self.writer.draft.nbytes += built.nbytes
+            self.read_total += built.lines
         holder = f.holder
         if not grouped:
             if holder is None and lines and self.cfg.inputs[f.input_idx].format == "auto":

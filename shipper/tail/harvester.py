@@ -17,9 +17,9 @@ import threading
 import zlib
 from typing import Literal
 
-from shipper.model import Checkpoint, Line
+from shipper.model import Checkpoint, Line, SplitBuild
 from shipper.tail import identity
-from shipper.tail.lines import LineSplitter
+from shipper.tail.lines import Built, LineSplitter
 
 State = Literal["active", "renamed", "deleted", "closed"]
 Change = Literal["grown", "same", "truncated", "renamed", "deleted", "touched"]
@@ -91,15 +91,26 @@ class Harvester:
 
     def read(self, max_bytes: int = CHUNK_BYTES) -> list[Line]:
         """Read up to max_bytes from the current position; [] at EOF (at_eof is then set)."""
+        chunk = self._chunk(max_bytes)
+        return [] if chunk is None else self.splitter.feed(chunk)   # feed copies what it keeps
+
+    def read_built(self, max_bytes: int, split: SplitBuild) -> tuple[list[Line], Built]:
+        """`read`, with the complete lines built by `split` as they are split (LineSplitter.feed_built):
+        (the lines still to build, what was built)."""
+        chunk = self._chunk(max_bytes)
+        return ([], Built()) if chunk is None else self.splitter.feed_built(chunk, split)
+
+    def _chunk(self, max_bytes: int) -> bytes | memoryview | None:
+        """The next bytes to split (a view of this thread's read buffer), or None at EOF."""
         pos = self.splitter.read_position
         if self.suspect:
             self.at_eof = True
-            return []
+            return None
         chunk: bytes | memoryview
         if self._gz is not None:
             if self.error is not None:
                 self.at_eof = True
-                return []
+                return None
             chunk = self._read_gz(pos, max_bytes)
         else:
             # Read the last bytes we read once more in front of the new ones: if they are not the
@@ -112,12 +123,12 @@ class Harvester:
             except OSError as e:
                 if e.errno in (errno.EIO, errno.ESTALE):
                     self.at_eof = True
-                    return []
+                    return None
                 raise
             if k and data[:k] != self._tail:
                 self.suspect = True
                 self.at_eof = True
-                return []
+                return None
             chunk = data[k:] if k else data
             cp = self.checkpoint
             if chunk and pos < cp.fp_len and not _holds(self.fd, cp.fp_len, cp.fp):
@@ -128,25 +139,25 @@ class Harvester:
                 # the copy found by the fingerprint then skipped as read (lost + duplicated).
                 self.suspect = True
                 self.at_eof = True
-                return []
+                return None
             if chunk and self.at_eof and pos > 0:
                 # new bytes after a pause: the writer may have truncated and refilled the file with
                 # lines shaped like ours (the last bytes can match by chance); the head cannot
                 cp = self.checkpoint
                 if cp.fp_len and not _holds(self.fd, cp.fp_len, cp.fp):
                     self.suspect = True
-                    return []
+                    return None
         if not chunk:
             self.at_eof = True
             if self._gz is not None and self.error is None:
                 self.size = pos         # a compressed copy's real size is known at its end
-            return []
+            return None
         self.at_eof = len(chunk) < max_bytes
         if pos + len(chunk) > self.size:
             self.size = pos + len(chunk)
         n = len(chunk)
         self._tail = bytes(chunk[-TAIL_BYTES:]) if n >= TAIL_BYTES else (self._tail + chunk)[-TAIL_BYTES:]
-        return self.splitter.feed(chunk)      # copies what it keeps: nothing refers to the buffer after
+        return chunk
 
     def seek_compressed(self) -> None:
         """Bring a compressed copy's decompressor to the read position, decompressing all before

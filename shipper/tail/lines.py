@@ -8,11 +8,23 @@ The loop over complete lines runs in C when `shipper/_native.c` is built; this f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from shipper import native
-from shipper.model import FLAG_TRUNCATED, Line
+from shipper.model import FLAG_TRUNCATED, Line, SplitBuild
 
 native_split_lines = native.split_lines   # the loop over complete lines in C, or None (shipper/native.py)
 _NATIVE_POS_MAX = 2 ** 62                  # the C loop counts offsets in 64 bits; past this, Python's ints
+
+
+@dataclass(slots=True)
+class Built:
+    """The complete lines of a chunk that `feed_built` had built as they were split."""
+
+    lines: int = 0          # how many (whatever the builder made of each)
+    first: int = -1         # the first one's start and the last one's end; -1 without lines
+    last: int = -1
+    nbytes: int = 0         # the bytes the builder appended
 
 
 class LineSplitter:
@@ -95,6 +107,22 @@ class LineSplitter:
             else:
                 append((start, pos, part, 0))
         return self._keep_tail(out, pos, tail)
+
+    def feed_built(self, chunk: bytes | bytearray | memoryview, split: SplitBuild) -> tuple[list[Line], Built]:
+        """`feed`, with the complete lines handed to `split`'s builder as they are found instead of
+        being returned: (the lines still to build, in order after the built ones; what was built).
+        Where `split` cannot take the chunk (an offset past the C loop's, a possible cut line at
+        its end, a builder that declines it) this is `feed` itself: (its lines, nothing built)."""
+        if not chunk or self._skipping or self.offset > _NATIVE_POS_MAX or self.native is None:
+            return self.feed(chunk), Built()
+        carry = self._carry
+        r = split(chunk, carry, self.offset, self.max_line_bytes, FLAG_TRUNCATED)
+        if r is None:
+            return self.feed(chunk), Built()
+        pos, t, n, first, last, nbytes = r
+        tail = chunk[t:] if t else carry + chunk
+        out = self._keep_tail([], pos, tail if type(tail) is bytes else bytes(tail))
+        return out, Built(n, first, last, nbytes)
 
     def _keep_tail(self, out: list[Line], pos: int, tail: bytes) -> list[Line]:
         """After the complete lines up to `pos`: hold the unterminated `tail`, or emit it cut."""
