@@ -4,12 +4,16 @@ is sized to the room left in the record, so no record is split into a full body 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import orjson
+import pytest
 
 from shipper.codec import decode_body
+from shipper.parse import document
 from shipper.ship import bulk as bulkproto
+from tests.support.native import c_function
 from tests.support.pipeline_rig import Rig
 
 
@@ -51,3 +55,72 @@ async def test_a_backlog_goes_in_full_records_without_small_split_bodies(tmp_pat
     finally:
         p.close_files()
         await rig.spool.close()
+
+
+async def _ship_all(tmp_path: Path, log: Path, fmt: str) -> list[bytes]:
+    rig = Rig(tmp_path, [str(log)], wall=1_790_000_000.0, output_bulk_max_events=700, input_format=fmt)
+    p = rig.p
+    pairs: list[bytes] = []
+    try:
+        await p.rescan()
+        for _ in range(200):
+            moved = p.read_round()
+            if p.should_commit() or not moved:
+                await p.commit()
+            while len(p.outbox):
+                meta, body = p.outbox.take()
+                if body is None:
+                    body = await rig.spool.read(meta.seq)
+                assert body is not None
+                pairs += bulkproto.split_pairs(decode_body(body, meta.gzipped))
+                await rig.spool.ack(meta.seq)
+                p.outbox.done()
+                p.outbox.acked(meta, meta.events)
+            if not moved and p.writer.draft.empty():
+                break
+    finally:
+        p.close_files()
+        await rig.spool.close()
+    return pairs
+
+
+@pytest.mark.parametrize("fmt", ["auto", "json"])
+async def test_the_fused_loop_ships_what_split_then_build_ships(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 fmt: str) -> None:
+    """The reader builds lines as it splits them (`_native.split_splice`, issue 14): the same pairs,
+    in the same order, as with the loop off, for pino lines, text, broken JSON, duplicate keys,
+    CRLF and a NUL hole; and it is the path the reader takes."""
+    log = tmp_path / "app.log"
+    with open(log, "wb") as f:
+        for i in range(3_000):
+            kind = i % 7
+            if kind == 3:
+                f.write(b"plain text %d\n" % i)
+            elif kind == 4:
+                f.write(b'{"a":1,"a":2,"time":%d}\r\n' % (1_764_000_000_000 + i))
+            elif kind == 5:
+                f.write(b'{"broken": %d\n' % i)
+            else:
+                f.write(orjson.dumps({"level": 30, "time": 1_764_000_000_000 + i, "msg": f"line {i}",
+                                     "pad": "x" * (i % 97)}) + b"\n")
+        f.write(b"\x00" * 64 + b'{"time":1764000009999,"msg":"after a hole"}\n')
+    calls = 0
+    fused = c_function("split_splice")
+
+    def counting(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        return fused(*args)
+
+    monkeypatch.setattr(document, "native_split_splice", counting)
+    with_loop = await _ship_all(tmp_path / "a", log, fmt)
+    assert calls > 0
+    monkeypatch.setattr(document, "native_split_splice", None)
+    without = await _ship_all(tmp_path / "b", log, fmt)
+    assert len(with_loop) == 3_001
+    assert _anon(with_loop) == _anon(without)
+
+
+def _anon(pairs: list[bytes]) -> list[bytes]:
+    """The pairs without the incarnation in their _id (each state dir draws its own)."""
+    return [re.sub(rb'"_id":"[0-9a-f]+-', b'"_id":"INC-', p) for p in pairs]

@@ -117,9 +117,9 @@ class Stepped:
 
 
 class Rig:
-    def __init__(self, tmp_path: Path, paths: Iterable[str], **kw: Any) -> None:
+    def __init__(self, tmp_path: Path, paths: Iterable[str], *, wall: float | None = None, **kw: Any) -> None:
         self.cfg = make_config(tmp_path, paths, **kw)
-        self.clock = FakeClock()
+        self.clock = FakeClock(wall=wall)         # wall: a fixed wall clock (stepped with the monotonic one)
         self.events = RecordingEvents()
         self.spool = open_spool(self.cfg.state_dir)
         self._p: Stepped | None = None
