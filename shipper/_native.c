@@ -669,46 +669,58 @@ static int emit_fallback(emit_t *E, PyObject *ev) {
     return 1;
 }
 
-/* The bulk pair of a line the scan took (S->ok), appended to out; 0 on an exception. */
-static int emit_pair(emit_t *E, const scan_t *S, const unsigned char *data, long long start) {
-    PyObject *hd = E->head;
-    if (hd == Py_None) {
-        long long sec = S->time_ms / 1000;
-        if (E->cached_head == NULL || sec != E->cached_sec) {
-            PyObject *r = PyObject_CallFunction(E->prefix_for, "L", sec);
-            if (r == NULL || !PyBytes_Check(r)) {
-                if (r != NULL) {
-                    Py_DECREF(r);
-                    PyErr_SetString(PyExc_TypeError, "prefix_for must return bytes");
-                }
-                return 0;
+/* The action's start for a line the scan took: `head`, or prefix_for's answer for its second
+ * (cached: the same object while the second stays); NULL on an exception. Borrowed. */
+static PyObject *pair_head(emit_t *E, const scan_t *S) {
+    if (E->head != Py_None)
+        return E->head;
+    long long sec = S->time_ms / 1000;
+    if (E->cached_head == NULL || sec != E->cached_sec) {
+        PyObject *r = PyObject_CallFunction(E->prefix_for, "L", sec);
+        if (r == NULL || !PyBytes_Check(r)) {
+            if (r != NULL) {
+                Py_DECREF(r);
+                PyErr_SetString(PyExc_TypeError, "prefix_for must return bytes");
             }
-            Py_XSETREF(E->cached_head, r);
-            E->cached_sec = sec;
+            return NULL;
         }
-        hd = E->cached_head;
+        Py_XSETREF(E->cached_head, r);
+        E->cached_sec = sec;
     }
+    return E->cached_head;
+}
+
+static inline const char *level_text(const scan_t *S, Py_ssize_t *n) {
+    if (S->level) {
+        *n = (Py_ssize_t)strlen(LEVEL_TEXT[S->level / 10]);
+        return LEVEL_TEXT[S->level / 10];
+    }
+    *n = 1;
+    return "}";
+}
+
+/* The bytes of the pair of a line the scan took, after the action head `hd`. */
+static Py_ssize_t pair_size(const emit_t *E, const scan_t *S, long long start, PyObject *hd) {
     char sb[24];
     int sb_n = fmt_uint(sb, start);
-    const char *lv;
     Py_ssize_t lv_n;
-    if (S->level) {
-        lv = LEVEL_TEXT[S->level / 10];
-        lv_n = (Py_ssize_t)strlen(lv);
-    } else {
-        lv = "}";
-        lv_n = 1;
-    }
+    level_text(S, &lv_n);
     Py_ssize_t body_n = S->body_end - 1;  /* the line from after its '{' to its '}' */
     Py_ssize_t size = PyBytes_GET_SIZE(hd) + E->inc_n + sb_n + TS_LEN + E->mid_n + sb_n + lv_n + E->tail_n + body_n + 1;
     if (S->level_str.n)
         size += (Py_ssize_t)(sizeof(LEVEL_KEY) - 1) + S->level_str.n + 1 - lv_n;
     if (S->msg.n)
         size += (Py_ssize_t)(sizeof(MSG_KEY) - 1) + S->msg.n;
-    PyObject *pair = PyBytes_FromStringAndSize(NULL, size);
-    if (pair == NULL)
-        return 0;
-    char *w = PyBytes_AS_STRING(pair);
+    return size;
+}
+
+/* Writes that pair at w (pair_size bytes); returns the end. */
+static char *write_pair(const emit_t *E, const scan_t *S, const unsigned char *data, long long start, PyObject *hd,
+                        char *w) {
+    char sb[24];
+    int sb_n = fmt_uint(sb, start);
+    Py_ssize_t lv_n;
+    const char *lv = level_text(S, &lv_n);
     w = put(w, PyBytes_AS_STRING(hd), PyBytes_GET_SIZE(hd));
     w = put(w, E->inc, E->inc_n);
     w = put(w, sb, sb_n);
@@ -728,8 +740,21 @@ static int emit_pair(emit_t *E, const scan_t *S, const unsigned char *data, long
         w = put(w, S->msg.p, S->msg.n);
     }
     w = put(w, E->tail, E->tail_n);
-    w = put(w, data + 1, body_n);
+    w = put(w, data + 1, S->body_end - 1);
     *w++ = '\n';
+    return w;
+}
+
+/* The bulk pair of a line the scan took (S->ok), appended to out; 0 on an exception. */
+static int emit_pair(emit_t *E, const scan_t *S, const unsigned char *data, long long start) {
+    PyObject *hd = pair_head(E, S);
+    if (hd == NULL)
+        return 0;
+    Py_ssize_t size = pair_size(E, S, start, hd);
+    PyObject *pair = PyBytes_FromStringAndSize(NULL, size);
+    if (pair == NULL)
+        return 0;
+    write_pair(E, S, data, start, hd, PyBytes_AS_STRING(pair));
     int ok = PyList_Append(E->out, pair) == 0;
     Py_DECREF(pair);
     E->total += size;
@@ -941,15 +966,19 @@ done:
 /* ---------------------------------------------------------------- split and splice at once
  *
  * split_splice(chunk, carry, pos, limit, truncated_flag, sniff,
- *              out, head, prefix_for, inc, mid, tail, reserved, fallback, ms_min, ms_max)
- *     -> (pos, tail_index, lines, first_start, last_end, nbytes) or None
+ *              out, counts, head, prefix_for, inc, mid, tail, reserved, fallback, ms_min, ms_max)
+ *     -> (pos, tail_index, lines, first_start, last_end, nbytes, pairs) or None
  * The same as `lines, pos, tail_index = split_lines(chunk, carry, pos, limit, truncated_flag)`
- * followed by `nbytes = splice(lines, out, head, ...)`, with the same results (tests/unit/
- * test_split_splice.py and fuzz/fused_fuzz.py hold it to that), except that a line the scan takes
- * never becomes a Python object: it is scanned where it was read (in `chunk`) and only its bulk
- * pair is made. A line the scan does not take becomes the (start, end, data, flags) tuple
- * split_lines makes and goes to `fallback`, in order. `lines` counts the complete lines;
- * first_start and last_end are the first one's start and the last one's end (-1 without lines).
+ * followed by `nbytes = splice(lines, out, head, ...)`, with the same bytes in the same order
+ * (tests/unit/test_split_splice.py and fuzz/fused_fuzz.py hold it to that), except that a line
+ * the scan takes never becomes a Python object: it is scanned where it was read (in `chunk`),
+ * and the pairs of consecutive such lines (under one action head) are written into ONE bytes
+ * object appended to `out`; `counts[index in out] = n` says how many pairs one holds when more
+ * than one (the record writer cuts them apart only when a batch must be split there). A line the
+ * scan does not take becomes the (start, end, data, flags) tuple split_lines makes and goes to
+ * `fallback`, in order, which appends its own pair. `lines` counts the complete lines, `pairs`
+ * the pairs appended; first_start and last_end are the first line's start and the last one's
+ * end (-1 without lines).
  * None, before anything is built or appended, when the caller must split and build this chunk
  * itself: the bytes after the last newline are more than `limit` (LineSplitter may cut them into
  * a line of their own, which goes with the others), or `sniff` (a callable or None) answers true
@@ -968,11 +997,11 @@ static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
     long long pos;
     Py_ssize_t limit;
     long truncated;
-    PyObject *head, *reserved, *sniff;
+    PyObject *head, *reserved, *sniff, *counts;
     long long ms_min, ms_max;
     emit_t E;
-    if (!PyArg_ParseTuple(args, "y*y*LnlOO!OOy#y#y#O!OLL", &cb, &carry_b, &pos, &limit, &truncated, &sniff,
-                          &PyList_Type, &E.out, &head, &E.prefix_for, &E.inc, &E.inc_n, &E.mid, &E.mid_n,
+    if (!PyArg_ParseTuple(args, "y*y*LnlOO!O!OOy#y#y#O!OLL", &cb, &carry_b, &pos, &limit, &truncated, &sniff,
+                          &PyList_Type, &E.out, &PyDict_Type, &counts, &head, &E.prefix_for, &E.inc, &E.inc_n, &E.mid, &E.mid_n,
                           &E.tail, &E.tail_n, &PyTuple_Type, &reserved, &E.fallback, &ms_min, &ms_max))
         return NULL;
     E.head = head;
@@ -1087,23 +1116,65 @@ static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
             goto done;
         }
     }
-    for (Py_ssize_t i = 0; i < nlines; i++) {
-        const fline_t *L = &lines[i];
-        if (scans[i].ok) {
-            if (!emit_pair(&E, &scans[i], L->p, L->start))
+    Py_ssize_t ndocs = 0;
+    for (Py_ssize_t i = 0; i < nlines;) {
+        if (!scans[i].ok) {
+            const fline_t *L = &lines[i++];
+            PyObject *ev = Py_BuildValue("(LLy#l)", L->start, L->end, (const char *)L->p, L->n, L->flags);
+            if (ev == NULL)
                 goto done;
+            Py_ssize_t before = PyList_GET_SIZE(E.out);
+            int ok = emit_fallback(&E, ev);
+            Py_DECREF(ev);
+            if (!ok)
+                goto done;
+            ndocs += PyList_GET_SIZE(E.out) - before;
             continue;
         }
-        PyObject *ev = Py_BuildValue("(LLy#l)", L->start, L->end, (const char *)L->p, L->n, L->flags);
-        if (ev == NULL)
+        /* a run of lines the scan took, under one action head: their pairs in one bytes object */
+        PyObject *hd = pair_head(&E, &scans[i]);
+        if (hd == NULL)
             goto done;
-        int ok = emit_fallback(&E, ev);
-        Py_DECREF(ev);
+        Py_INCREF(hd);
+        Py_ssize_t j = i, size = 0;
+        while (j < nlines && scans[j].ok) {
+            PyObject *h = pair_head(&E, &scans[j]);
+            if (h == NULL) {
+                Py_DECREF(hd);
+                goto done;
+            }
+            if (h != hd)
+                break;
+            size += pair_size(&E, &scans[j], lines[j].start, hd);
+            j++;
+        }
+        PyObject *run = PyBytes_FromStringAndSize(NULL, size);
+        if (run == NULL) {
+            Py_DECREF(hd);
+            goto done;
+        }
+        char *w = PyBytes_AS_STRING(run);
+        for (Py_ssize_t k = i; k < j; k++)
+            w = write_pair(&E, &scans[k], lines[k].p, lines[k].start, hd, w);
+        Py_DECREF(hd);
+        int ok = PyList_Append(E.out, run) == 0;
+        Py_DECREF(run);
         if (!ok)
             goto done;
+        if (j - i > 1) {
+            PyObject *key = PyLong_FromSsize_t(PyList_GET_SIZE(E.out) - 1), *val = PyLong_FromSsize_t(j - i);
+            ok = key != NULL && val != NULL && PyDict_SetItem(counts, key, val) == 0;
+            Py_XDECREF(key);
+            Py_XDECREF(val);
+            if (!ok)
+                goto done;
+        }
+        E.total += size;
+        ndocs += j - i;
+        i = j;
     }
-    res = Py_BuildValue("(LnnLLL)", pos, (Py_ssize_t)(p - c), nlines, nlines ? lines[0].start : -1LL,
-                        nlines ? lines[nlines - 1].end : -1LL, E.total);
+    res = Py_BuildValue("(LnnLLLn)", pos, (Py_ssize_t)(p - c), nlines, nlines ? lines[0].start : -1LL,
+                        nlines ? lines[nlines - 1].end : -1LL, E.total, ndocs);
 done:
     Py_XDECREF(E.cached_head);
     PyMem_RawFree(lines);

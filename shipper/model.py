@@ -17,9 +17,9 @@ Line = tuple[int, int, bytes, int]
 # A document builder's C loop bound to one batch (`DocBuilder.split_builder`), called by
 # `LineSplitter.feed_built` as split(chunk, carry, offset, max_line_bytes, FLAG_TRUNCATED): it
 # splits as LineSplitter.feed does and builds each line's bulk pair at once
-# (`_native.split_splice`): (offset, tail_index, lines, first_start, last_end, nbytes), or None
-# when it leaves the chunk to feed (and the caller's build).
-SplitBuild = Callable[[Any, bytes, int, int, int], "tuple[int, int, int, int, int, int] | None"]
+# (`_native.split_splice`): (offset, tail_index, lines, first_start, last_end, nbytes, pairs), or
+# None when it leaves the chunk to feed (and the caller's build).
+SplitBuild = Callable[[Any, bytes, int, int, int], "tuple[int, int, int, int, int, int, int] | None"]
 
 FLAG_TRUNCATED = 1          # the line was longer than max_line_bytes and was cut
 FLAG_MULTILINE_CAPPED = 2   # a multiline event reached max_lines
@@ -98,6 +98,7 @@ class Draft:
     sources append, the record writer takes it whole. `started` is monotonic time."""
 
     parts: list[bytes] = field(default_factory=list)
+    multi: dict[int, int] = field(default_factory=dict)    # parts[i] holds multi[i] pairs (absent: one)
     events: int = 0
     nbytes: int = 0
     covers: dict[str, list[int]] = field(default_factory=dict)     # incarnation -> [start, end]

@@ -349,12 +349,13 @@ class DocBuilder:
         out.append(pair)
         return len(pair)
 
-    def split_builder(self, incarnation: str, path: str, now: float, out: list[bytes],
+    def split_builder(self, incarnation: str, path: str, now: float, out: list[bytes], counts: dict[int, int],
                       sniff: Callable[[bytes, bytes], bool] | None = None) -> SplitBuild | None:
         """`build` fused with line splitting, for one file's batch (`LineSplitter.feed_built`): the
-        C loop scans each line where it was read and appends its pair to `out`, so a line it takes
-        never becomes a Python object (`_native.split_splice`). Every line gets the document
-        `build` gives it. None where `build` would not take the C path. `sniff(first, last)`
+        C loop scans each line where it was read and appends the pairs to `out`, so a line it takes
+        never becomes a Python object (`_native.split_splice`); consecutive ones share one bytes
+        object, `counts[i]` pairs in `out[i]` (`Draft.multi`). Every line gets the document `build`
+        gives it, in order. None where `build` would not take the C path. `sniff(first, last)`
         (format auto) sees the first and last line of each chunk first; true: the caller splits
         and builds that chunk itself (a container log)."""
         fused = self._split_splice
@@ -370,11 +371,11 @@ class DocBuilder:
                 del out[n0:]
             return self._as_text(incarnation, path, ev, now, out)
 
-        rest = (out, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
+        rest = (out, counts, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
                 self._path_bytes(path), self._fields_bytes + b",", self._reserved_bytes, one,
                 _FAST_MS_MIN, _FAST_MS_MAX)
 
-        def split(chunk: Any, carry: bytes, pos: int, limit: int, flag: int) -> tuple[int, int, int, int, int, int] | None:
+        def split(chunk: Any, carry: bytes, pos: int, limit: int, flag: int) -> tuple[int, int, int, int, int, int, int] | None:
             return fused(chunk, carry, pos, limit, flag, sniff, *rest)  # type: ignore[no-any-return]
 
         return split

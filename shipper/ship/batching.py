@@ -11,11 +11,22 @@ from dataclasses import dataclass
 FULL_ENOUGH = 0.95            # with a backlog, a draft this full (of bulk_max_events) is committed
 
 
-def group(parts: list[bytes], max_events: int, max_bytes: int) -> list[tuple[bytes, int]]:
+def group(parts: list[bytes], max_events: int, max_bytes: int,
+          multi: dict[int, int] | None = None) -> list[tuple[bytes, int]]:
     """Bulk pairs -> (body, documents) of at most max_events pairs and about max_bytes each: a group
     closes before the pair that would take it over max_bytes (a single larger pair goes alone).
-    Never an empty body. One join per body (a large join releases the GIL)."""
+    Never an empty body. One join per body (a large join releases the GIL). `multi`: parts[i]
+    holds multi[i] pairs (the reader's C loop writes a run of them at once, `Draft.multi`); they
+    are cut apart only when the parts do not go as one body."""
     n = len(parts)
+    if multi:
+        pairs = n + sum(multi.values()) - len(multi)
+        if pairs <= max_events:
+            body = b"".join(parts)
+            if len(body) <= max_bytes:
+                return [(body, pairs)]
+        parts = one_pair_each(parts, multi)
+        n = len(parts)
     if n <= max_events:
         body = b"".join(parts)
         if len(body) <= max_bytes:
@@ -32,6 +43,19 @@ def group(parts: list[bytes], max_events: int, max_bytes: int) -> list[tuple[byt
                 break
         out.append((b"".join(parts[start:end]), end - start))
         start = end
+    return out
+
+
+def one_pair_each(parts: list[bytes], multi: dict[int, int]) -> list[bytes]:
+    """The parts with each multi-pair one cut into its pairs (a pair is two lines, the action and
+    the document; neither holds a raw newline)."""
+    out: list[bytes] = []
+    for i, p in enumerate(parts):
+        if i not in multi:
+            out.append(p)
+            continue
+        lines = p.split(b"\n")
+        out.extend(lines[k] + b"\n" + lines[k + 1] + b"\n" for k in range(0, len(lines) - 1, 2))
     return out
 
 

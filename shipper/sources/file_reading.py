@@ -126,9 +126,9 @@ class FileReader:
                 lines, built, built_docs = h.read(budget), None, 0
             else:
                 # the C loop builds the lines as it splits them, into the draft (issue 14)
-                n0, was_empty = len(draft.parts), draft.empty()
+                was_empty = draft.empty()
                 lines, built = h.read_built(budget, split)
-                built_docs = len(draft.parts) - n0
+                built_docs = built.pairs
                 if was_empty and built_docs:
                     draft.started = now_mono
             nlines = len(lines) + (built.lines if built is not None else 0)
@@ -154,7 +154,8 @@ class FileReader:
         if inp.multiline is not None:
             return None
         cp = f.checkpoint
-        return self.builders[f.input_idx].split_builder(cp.incarnation, cp.path, now_wall, self.writer.draft.parts,
+        draft = self.writer.draft
+        return self.builders[f.input_idx].split_builder(cp.incarnation, cp.path, now_wall, draft.parts, draft.multi,
                                                         _container_edge if inp.format == "auto" else None)
 
     def take(self, f: OpenFile, lines: list[Line], now_wall: float, now_mono: float, *, grouped: bool = False,

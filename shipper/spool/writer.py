@@ -21,7 +21,7 @@ from shipper.model import BatchMeta, Checkpoint, Draft
 from shipper.spool.aio import AsyncSpool, CommitSkipped, WriteOrder
 
 T = TypeVar("T")
-Group = Callable[[list[bytes], int, int], list[tuple[bytes, int]]]    # ship.batching.group
+Group = Callable[[list[bytes], int, int, dict[int, int]], list[tuple[bytes, int]]]    # ship.batching.group
 Deliver = Callable[[list[tuple[BatchMeta, bytes]]], None]             # ship.outbox.Outbox.add
 
 WRITES_BEHIND = 2             # drafts the reader may have handed to the spool thread and not yet seen written
@@ -131,10 +131,10 @@ class RecordWriter:
     def _hand_over(self, draft: Draft, turn: int) -> asyncio.Future[list[tuple[BatchMeta, bytes]]]:
         """The draft's write, queued on the spool thread (`AsyncSpool.commit_in_order`)."""
         covers = {k: (v[0], v[1]) for k, v in draft.covers.items()}
-        parts, max_events, max_bytes, group = draft.parts, self.max_events, self.max_bytes, self.group
+        parts, multi, max_events, max_bytes, group = draft.parts, draft.multi, self.max_events, self.max_bytes, self.group
 
         def bodies() -> list[tuple[bytes, int]]:
-            return group(parts, max_events, max_bytes)     # on the spool thread
+            return group(parts, max_events, max_bytes, multi)     # on the spool thread
 
         return self.spool.commit_in_order(self._order, turn, bodies, covers, draft.checkpoints.values(), self.gzip)
 

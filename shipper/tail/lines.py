@@ -25,6 +25,7 @@ class Built:
     first: int = -1         # the first one's start and the last one's end; -1 without lines
     last: int = -1
     nbytes: int = 0         # the bytes the builder appended
+    pairs: int = 0          # the bulk pairs in them
 
 
 class LineSplitter:
@@ -119,10 +120,10 @@ class LineSplitter:
         r = split(chunk, carry, self.offset, self.max_line_bytes, FLAG_TRUNCATED)
         if r is None:
             return self.feed(chunk), Built()
-        pos, t, n, first, last, nbytes = r
+        pos, t, n, first, last, nbytes, pairs = r
         tail = chunk[t:] if t else carry + chunk
         out = self._keep_tail([], pos, tail if type(tail) is bytes else bytes(tail))
-        return out, Built(n, first, last, nbytes)
+        return out, Built(n, first, last, nbytes, pairs)
 
     def _keep_tail(self, out: list[Line], pos: int, tail: bytes) -> list[Line]:
         """After the complete lines up to `pos`: hold the unterminated `tail`, or emit it cut."""

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from shipper.config import InputConfig
 from shipper.model import FLAG_TRUNCATED
 from shipper.parse.document import DocBuilder
+from shipper.ship.batching import group, one_pair_each
 from shipper.tail.lines import Built, LineSplitter
 from tests.support.native import c_function
 
@@ -85,14 +86,15 @@ def _both(cfg: dict[str, Any], data: bytes, sizes: list[int], start: int, limit:
     ref, fused = _splitter(start, limit), _splitter(start, limit)
     out1: list[bytes] = []
     out2: list[bytes] = []
+    counts: dict[int, int] = {}
     built_lines = pos = i = 0
     while pos < len(data):
         chunk = data[pos:pos + sizes[i % len(sizes)]]
         lines = ref.feed(kind(chunk))
         n1 = b1.build(INC, PATH, lines, NOW, out1)
-        split = b2.split_builder(INC, PATH, NOW, out2, sniff)
+        split = b2.split_builder(INC, PATH, NOW, out2, counts, sniff)
         assert split is not None
-        k0, s0 = len(out2), len(seen)
+        k0, s0, p0 = len(out2), len(seen), len(one_pair_each(out2, counts))
         rest, built = fused.feed_built(kind(chunk), split)
         if len(seen) > s0:
             assert seen[s0:] == [(lines[0][2], lines[-1][2])]
@@ -103,15 +105,17 @@ def _both(cfg: dict[str, Any], data: bytes, sizes: list[int], start: int, limit:
         assert rest == lines[built.lines:]                   # what is left is the tail of the same lines
         if built.lines:
             assert (built.first, built.last) == (lines[0][0], lines[built.lines - 1][1])
+        assert built.pairs == len(one_pair_each(out2, counts)) - p0
         n2 = built.nbytes + b2.build(INC, PATH, rest, NOW, out2)
         assert n1 == n2
-        assert out1 == out2
+        assert one_pair_each(out2, counts) == out1           # the same pairs, in order
+        assert all(v > 1 and out2[i].count(b"\n") == 2 * v for i, v in counts.items())
         assert _state(ref) == _state(fused)
         built_lines += built.lines
         pos += len(chunk)
         i += 1
     assert ref.flush() == fused.flush() and _state(ref) == _state(fused)
-    return out1, out2, built_lines
+    return out1, one_pair_each(out2, counts), built_lines
 
 
 @settings(max_examples=400, deadline=None)
@@ -145,7 +149,7 @@ def test_a_chunk_ending_in_a_line_longer_than_the_limit_is_left_to_feed() -> Non
     b = _builder({})
     sp = _splitter(0, 50)
     out: list[bytes] = []
-    split = b.split_builder(INC, PATH, NOW, out)
+    split = b.split_builder(INC, PATH, NOW, out, {})
     assert split is not None
     chunk = PINO[0][:40] + b"\n" + b"y" * 51                  # the tail may become a cut line
     assert split(chunk, b"", 0, 50, FLAG_TRUNCATED) is None and out == []
@@ -165,11 +169,13 @@ def test_a_sniff_that_says_container_leaves_the_chunk_to_feed_before_building() 
     for lines, declined in (([docker, PINO[0]], True), ([PINO[0], PINO[1], PINO[2]], False)):
         b, sp = _builder({}), _splitter(0, 1 << 20)
         out: list[bytes] = []
-        split = b.split_builder(INC, PATH, NOW, out, sniff)
+        counts: dict[int, int] = {}
+        split = b.split_builder(INC, PATH, NOW, out, counts, sniff)
         assert split is not None
         rest, built = sp.feed_built(b"\x00\x00\r\n" + b"\n".join(lines) + b"\npartial", split)
         assert seen[-1] == (lines[0], lines[-1])             # the lines feed would give: NULs, \r, empties gone
-        assert (len(rest), built.lines, len(out)) == ((len(lines), 0, 0) if declined else (0, len(lines), len(lines)))
+        assert (len(rest), built.lines, built.pairs) == ((len(lines), 0, 0) if declined else (0, len(lines), len(lines)))
+        assert (out, counts) == (([], {}) if declined else ([out[0]], {0: 3}))   # one run: one bytes object
         assert sp.pending_bytes == len(b"partial")
 
 
@@ -188,7 +194,7 @@ def test_the_chunk_buffer_is_not_kept(kind: type) -> None:
     b, sp = _builder({}), _splitter(0, 1 << 20)
     out: list[bytes] = []
     buf = bytearray(PINO[0] + b"\n" + PINO[7] + b"\n")
-    split = b.split_builder(INC, PATH, NOW, out)
+    split = b.split_builder(INC, PATH, NOW, out, {})
     assert split is not None
     rest, built = sp.feed_built(kind(buf) if kind is memoryview else buf, split)
     before = list(out)
@@ -198,6 +204,29 @@ def test_the_chunk_buffer_is_not_kept(kind: type) -> None:
 
 def test_no_fused_loop_without_the_c_path() -> None:
     b = DocBuilder(InputConfig(paths=("/x/*.log",), include_lines=["a"]), "logs", "h")   # a filter: Python only
-    assert b.split_builder(INC, PATH, NOW, []) is None
+    assert b.split_builder(INC, PATH, NOW, [], {}) is None
     b = DocBuilder(InputConfig(paths=("/x/*.log",), format="text"), "logs", "h")
-    assert b.split_builder(INC, PATH, NOW, []) is None
+    assert b.split_builder(INC, PATH, NOW, [], {}) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(1, 300), min_size=1, max_size=40), runs=st.lists(st.integers(1, 6), min_size=1),
+       max_events=st.integers(1, 12), max_bytes=st.integers(1, 4000))
+def test_grouping_parts_that_hold_runs_of_pairs_equals_grouping_the_pairs(
+        sizes: list[int], runs: list[int], max_events: int, max_bytes: int) -> None:
+    """The record writer gets the reader's runs as one part each (`Draft.multi`): the bodies are
+    the same as from one part per pair, whatever the limits."""
+    pairs = [b'{"create":{"_id":"%d"}}\n{"p":"%s"}\n' % (i, b"x" * n) for i, n in enumerate(sizes)]
+    parts: list[bytes] = []
+    multi: dict[int, int] = {}
+    i = r = 0
+    while i < len(pairs):
+        k = runs[r % len(runs)]
+        run = pairs[i:i + k]
+        if len(run) > 1:
+            multi[len(parts)] = len(run)
+        parts.append(b"".join(run))
+        i += k
+        r += 1
+    assert one_pair_each(parts, multi) == pairs
+    assert group(parts, max_events, max_bytes, multi) == group(pairs, max_events, max_bytes)
