@@ -853,26 +853,53 @@ static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
  * past `limit` cut to it and flagged; `pos` after the last newline, and where the unterminated
  * tail starts in `chunk` (0 when there is no newline: the tail is then carry + chunk). `chunk`
  * and `carry` are any bytes-like objects (bytes, bytearray, memoryview); the lines are bytes. */
-static PyObject *emit_line(PyObject *out, const char *a, Py_ssize_t an, const char *b, Py_ssize_t bn,
-                           long long *pos, PyObject **end_obj, Py_ssize_t limit, long truncated) {
+/* The rules for one complete line, a + b (a: the carry, for the first line only; b: the chunk up
+ * to the newline): *k head NULs dropped, *n its length after them without a trailing '\r', cut
+ * to limit (*flags = truncated then). 0: no line (nothing left). split_lines and split_splice. */
+static inline int line_rules(const unsigned char *a, Py_ssize_t an, const unsigned char *b, Py_ssize_t bn,
+                             Py_ssize_t limit, long truncated, Py_ssize_t *k_out, Py_ssize_t *n_out, long *flags) {
     Py_ssize_t n = an + bn, k = 0;
-    long long start = *pos;
-    *pos += n + 1;
     while (k < n && (k < an ? a[k] : b[k - an]) == 0)
         k++;
     n -= k;
     if (n > 0 && (bn > 0 ? b[bn - 1] : a[an - 1]) == '\r')
         n--;
-    PyObject *prev_end = *end_obj;   /* the previous line's end: usually this line's start */
-    *end_obj = NULL;
-    if (n <= 0) {
-        Py_XDECREF(prev_end);
-        return out;
-    }
-    long flags = 0;
+    if (n <= 0)
+        return 0;
+    *flags = 0;
     if (n > limit) {
         n = limit;
-        flags = truncated;
+        *flags = truncated;
+    }
+    *k_out = k;
+    *n_out = n;
+    return 1;
+}
+
+/* split_lines and split_splice take the same limit and offsets; 0 with an exception set. */
+static int split_args_ok(Py_ssize_t limit, long long pos, Py_ssize_t cn, Py_ssize_t carry_n) {
+    if (limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "limit must be positive");
+        return 0;
+    }
+    if (pos < 0 || pos > LLONG_MAX - cn - carry_n - 1) {
+        PyErr_SetString(PyExc_OverflowError, "offset out of range");   /* LineSplitter loops in Python there */
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *emit_line(PyObject *out, const char *a, Py_ssize_t an, const char *b, Py_ssize_t bn,
+                           long long *pos, PyObject **end_obj, Py_ssize_t limit, long truncated) {
+    Py_ssize_t n, k;
+    long flags;
+    long long start = *pos;
+    *pos += an + bn + 1;
+    PyObject *prev_end = *end_obj;   /* the previous line's end: usually this line's start */
+    *end_obj = NULL;
+    if (!line_rules((const unsigned char *)a, an, (const unsigned char *)b, bn, limit, truncated, &k, &n, &flags)) {
+        Py_XDECREF(prev_end);
+        return out;
     }
     PyObject *data;
     if (k >= an) {
@@ -929,14 +956,8 @@ static PyObject *split_lines(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *res = NULL, *out = NULL, *end_obj = NULL;
     const char *c = cb.buf, *carry = carry_b.buf;
     Py_ssize_t cn = cb.len, carry_n = carry_b.len;
-    if (limit < 1) {
-        PyErr_SetString(PyExc_ValueError, "limit must be positive");
+    if (!split_args_ok(limit, pos, cn, carry_n))
         goto done;
-    }
-    if (pos < 0 || pos > LLONG_MAX - cn - carry_n - 1) {
-        PyErr_SetString(PyExc_OverflowError, "offset out of range");   /* LineSplitter loops in Python there */
-        goto done;
-    }
     out = PyList_New(0);
     if (out == NULL)
         goto done;
@@ -1016,16 +1037,8 @@ static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
     const unsigned char *c = cb.buf, *carry = carry_b.buf;
     Py_ssize_t cn = cb.len, carry_n = carry_b.len;
     const unsigned char *p = c, *end = c + cn;
-    if (!emit_init(&E, head, reserved, ms_min, ms_max))
+    if (!emit_init(&E, head, reserved, ms_min, ms_max) || !split_args_ok(limit, pos, cn, carry_n))
         goto done;
-    if (limit < 1) {
-        PyErr_SetString(PyExc_ValueError, "limit must be positive");
-        goto done;
-    }
-    if (pos < 0 || pos > LLONG_MAX - cn - carry_n - 1) {
-        PyErr_SetString(PyExc_OverflowError, "offset out of range");   /* LineSplitter loops in Python there */
-        goto done;
-    }
     /* the lines and their scans, without the GIL: the buffers stay exported to us meanwhile */
     Py_BEGIN_ALLOW_THREADS
     int first = 1;
@@ -1037,22 +1050,12 @@ static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
         Py_ssize_t an = first ? carry_n : 0, bn = nl - p;
         first = 0;
         p = nl + 1;
-        /* the rules of emit_line (split_lines), line for line */
-        Py_ssize_t n = an + bn, k = 0;
+        Py_ssize_t n, k;
+        long flags;
         long long start = pos;
-        pos += n + 1;
-        while (k < n && (k < an ? a[k] : b[k - an]) == 0)
-            k++;
-        n -= k;
-        if (n > 0 && (bn > 0 ? b[bn - 1] : a[an - 1]) == '\r')
-            n--;
-        if (n <= 0)
+        pos += an + bn + 1;
+        if (!line_rules(a, an, b, bn, limit, truncated, &k, &n, &flags))
             continue;
-        long flags = 0;
-        if (n > limit) {
-            n = limit;
-            flags = truncated;
-        }
         const unsigned char *data;
         if (k >= an) {
             data = b + (k - an);

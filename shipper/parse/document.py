@@ -105,6 +105,11 @@ class DocBuilder:
             self._native = None
         self._split_splice = native_split_splice if self._native is not None else None
 
+    @property
+    def fusable(self) -> bool:
+        """Does `split_builder` give a fused loop (the C path, built)?"""
+        return self._split_splice is not None
+
     def _splice_keys(self, inp: InputConfig) -> frozenset[str] | None:
         """The top-level keys that send a JSON line to full re-serialisation; None: never splice.
 

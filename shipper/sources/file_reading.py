@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 
@@ -61,6 +62,8 @@ class FileReader:
         self.events = events
         self.clock = clock
         self.builders = [DocBuilder(inp, cfg.output.index, host_name) for inp in cfg.inputs]
+        # inputs whose files the C loop reads and builds at once (no multiline; the C path built)
+        self._fusable = [inp.multiline is None and b.fusable for inp, b in zip(cfg.inputs, self.builders, strict=True)]
         self._rescan_soon = rescan_soon
         self._copy_failures: dict[str, int] = {}
         self.read_total = 0
@@ -121,13 +124,12 @@ class FileReader:
                 budget = min(budget, max(4096, int(left * f.line_bytes * ROOM_FILL)))
             else:
                 budget = min(budget, 64 * 1024)     # line length not known yet: a first look
-            split = self._split_builder(f, now_wall) if f.holder is None else None
-            if split is None:
+            if f.holder is not None or not self._fusable[f.input_idx]:
                 lines, built, built_docs = h.read(budget), None, 0
             else:
                 # the C loop builds the lines as it splits them, into the draft (issue 14)
                 was_empty = draft.empty()
-                lines, built = h.read_built(budget, split)
+                lines, built = h.read_built(budget, functools.partial(self._split_builder, f, now_wall))
                 built_docs = built.pairs
                 if was_empty and built_docs:
                     draft.started = now_mono
@@ -147,16 +149,16 @@ class FileReader:
                 break
         return Progress(progressed, backlog)
 
-    def _split_builder(self, f: OpenFile, now_wall: float) -> SplitBuild | None:
+    def _split_builder(self, f: OpenFile, now_wall: float) -> SplitBuild:
         """The input's builder fused with the splitter, for a file read line by line (no joiner,
-        no multiline); format auto's sniff looks at each chunk's first and last line first."""
-        inp = self.cfg.inputs[f.input_idx]
-        if inp.multiline is not None:
-            return None
+        no multiline: `_fusable`); format auto's sniff looks at each chunk's first and last line first."""
         cp = f.checkpoint
         draft = self.writer.draft
-        return self.builders[f.input_idx].split_builder(cp.incarnation, cp.path, now_wall, draft.parts, draft.multi,
-                                                        _container_edge if inp.format == "auto" else None)
+        split = self.builders[f.input_idx].split_builder(cp.incarnation, cp.path, now_wall, draft.parts, draft.multi,
+                                                         _container_edge if self.cfg.inputs[f.input_idx].format == "auto"
+                                                         else None)
+        assert split is not None
+        return split
 
     def take(self, f: OpenFile, lines: list[Line], now_wall: float, now_mono: float, *, grouped: bool = False,
              records: list[ContainerEvent] | None = None, built: Built | None = None, built_docs: int = 0) -> None:

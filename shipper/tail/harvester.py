@@ -15,6 +15,7 @@ import os
 import stat as stat_mod
 import threading
 import zlib
+from collections.abc import Callable
 from typing import Literal
 
 from shipper.model import Checkpoint, Line, SplitBuild
@@ -94,11 +95,12 @@ class Harvester:
         chunk = self._chunk(max_bytes)
         return [] if chunk is None else self.splitter.feed(chunk)   # feed copies what it keeps
 
-    def read_built(self, max_bytes: int, split: SplitBuild) -> tuple[list[Line], Built]:
-        """`read`, with the complete lines built by `split` as they are split (LineSplitter.feed_built):
-        (the lines still to build, what was built)."""
+    def read_built(self, max_bytes: int, make_split: Callable[[], SplitBuild]) -> tuple[list[Line], Built]:
+        """`read`, with the complete lines built as they are split (LineSplitter.feed_built) by the
+        builder `make_split` binds, asked for only when there are bytes: (the lines still to build,
+        what was built)."""
         chunk = self._chunk(max_bytes)
-        return ([], Built()) if chunk is None else self.splitter.feed_built(chunk, split)
+        return ([], Built()) if chunk is None else self.splitter.feed_built(chunk, make_split())
 
     def _chunk(self, max_bytes: int) -> bytes | memoryview | None:
         """The next bytes to split (a view of this thread's read buffer), or None at EOF."""

@@ -24,43 +24,21 @@ async def test_a_backlog_goes_in_full_records_without_small_split_bodies(tmp_pat
         for i in range(n):
             f.write(orjson.dumps({"level": 30, "time": 1_764_000_000_000 + i, "msg": f"line {i}",
                                  "pad": "x" * (i % 97)}) + b"\n")
-    rig = Rig(tmp_path, [str(log)], output_bulk_max_events=1000)
-    p = rig.p
-    try:
-        await p.rescan()
-        assert p.sources
-        sizes: list[int] = []
-        seen: set[int] = set()
-        for _ in range(200):
-            moved = p.read_round()
-            if p.should_commit() or not moved:
-                await p.commit()
-            while len(p.outbox):
-                meta, body = p.outbox.take()
-                if body is None:
-                    body = await rig.spool.read(meta.seq)
-                assert body is not None
-                pairs = bulkproto.split_pairs(decode_body(body, meta.gzipped))
-                sizes.append(len(pairs))
-                seen.update(orjson.loads(bulkproto.pair_parts(pr)[1])["time"] for pr in pairs)
-                await rig.spool.ack(meta.seq)
-                p.outbox.done()
-                p.outbox.acked(meta, meta.events)
-            if not moved and p.writer.draft.empty():
-                break
-        assert len(seen) == n and sum(sizes) == n
-        assert max(sizes) <= 1000
-        assert all(s >= 950 for s in sizes[:-1]), sizes      # full records; only the last one is what is left
-        assert len(sizes) <= 6, sizes
-    finally:
-        p.close_files()
-        await rig.spool.close()
+    bodies = await _ship_all(tmp_path, log, "auto", 1000)
+    sizes = [len(pairs) for pairs in bodies]
+    seen = {orjson.loads(bulkproto.pair_parts(pr)[1])["time"] for pairs in bodies for pr in pairs}
+    assert len(seen) == n and sum(sizes) == n
+    assert max(sizes) <= 1000
+    assert all(s >= 950 for s in sizes[:-1]), sizes      # full records; only the last one is what is left
+    assert len(sizes) <= 6, sizes
 
 
-async def _ship_all(tmp_path: Path, log: Path, fmt: str) -> list[bytes]:
-    rig = Rig(tmp_path, [str(log)], wall=1_790_000_000.0, output_bulk_max_events=700, input_format=fmt)
+async def _ship_all(tmp_path: Path, log: Path, fmt: str, max_events: int) -> list[list[bytes]]:
+    """Read the file to its end through the pipeline, committing and acking as the daemon does:
+    the pairs of each bulk body, in order."""
+    rig = Rig(tmp_path, [str(log)], wall=1_790_000_000.0, output_bulk_max_events=max_events, input_format=fmt)
     p = rig.p
-    pairs: list[bytes] = []
+    bodies: list[list[bytes]] = []
     try:
         await p.rescan()
         for _ in range(200):
@@ -72,7 +50,7 @@ async def _ship_all(tmp_path: Path, log: Path, fmt: str) -> list[bytes]:
                 if body is None:
                     body = await rig.spool.read(meta.seq)
                 assert body is not None
-                pairs += bulkproto.split_pairs(decode_body(body, meta.gzipped))
+                bodies.append(bulkproto.split_pairs(decode_body(body, meta.gzipped)))
                 await rig.spool.ack(meta.seq)
                 p.outbox.done()
                 p.outbox.acked(meta, meta.events)
@@ -81,7 +59,7 @@ async def _ship_all(tmp_path: Path, log: Path, fmt: str) -> list[bytes]:
     finally:
         p.close_files()
         await rig.spool.close()
-    return pairs
+    return bodies
 
 
 @pytest.mark.parametrize("fmt", ["auto", "json"])
@@ -113,10 +91,10 @@ async def test_the_fused_loop_ships_what_split_then_build_ships(tmp_path: Path, 
         return fused(*args)
 
     monkeypatch.setattr(document, "native_split_splice", counting)
-    with_loop = await _ship_all(tmp_path / "a", log, fmt)
+    with_loop = [pr for pairs in await _ship_all(tmp_path / "a", log, fmt, 700) for pr in pairs]
     assert calls > 0
     monkeypatch.setattr(document, "native_split_splice", None)
-    without = await _ship_all(tmp_path / "b", log, fmt)
+    without = [pr for pairs in await _ship_all(tmp_path / "b", log, fmt, 700) for pr in pairs]
     assert len(with_loop) == 3_001
     assert _anon(with_loop) == _anon(without)
 
