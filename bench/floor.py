@@ -1,17 +1,32 @@
-"""aiohttp's own floor for one request cycle: CPU per bulk request of a bare aiohttp client.
+"""The floor of one request cycle: CPU per bulk request of a bare client, and of the same client
+with the hand-over and the spool commit that shipper's design rules add to every cycle.
 
-One keep-alive session posts a gzip'd one-document bulk body to the sink every `--interval-ms`,
-`-n` times, and reads the answer: what shipper's request cycle (read, build, write, send, ack)
-is compared with. Prints CPU-us per request of this process (after imports and the first request).
+One keep-alive session posts a gzip'd bulk body (`--lines` pino documents, one by default) to the
+sink every `--interval-ms`, `-n` times, and reads the answer: what shipper's request cycle (read,
+build, write, send, ack) is compared with. Prints CPU-us per request of this process (after
+imports and the first request). Clients:
 
-    python bench/floor.py URL [-n 400] [--interval-ms 40] [--client aiohttp|raw|both]
+- `sleep`: no request at all, only the loop's sleep and wake-up: the floor of any asyncio
+  program that wakes every `--interval-ms`
+- `aiohttp`: aiohttp's ClientSession; `raw`: shipper's own HTTP/1.1 client (`shipper/ship/http1.py`)
+- `thread`: `raw`, with the body gzip'd on a one-worker thread and handed back to the loop (the
+  spool thread's hand-over, without SQLite)
+- `spool`: `raw`, with the body committed on that thread by a real `Spool.commit_acking` (gzip,
+  one SQLite transaction carrying the previous request's ack), then posted: the least a cycle
+  costs with SQLite and gzip off the loop and a record durable before it is sent
+- `both` (default): aiohttp and raw; `all`: all five in turn
+
+    python bench/floor.py URL [-n 400] [--interval-ms 40] [--lines 1]
+                          [--client sleep|aiohttp|raw|thread|spool|both|all]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
+import os
 import resource
 import sys
 import time
@@ -21,6 +36,16 @@ import aiohttp
 from isal import igzip
 
 BODY = b'{"create":{"_index":"bench","_id":"x"}}\n{"level":30,"time":1,"msg":"hello"}\n'
+
+
+def body_of(lines: int) -> bytes:
+    """A bulk body of `lines` pino documents (bench/gen.py's, 350 bytes), or the one-line BODY."""
+    if lines <= 1:
+        return BODY
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gen import PinoGenerator
+    docs = PinoGenerator(1, 350).batch(lines, time_ms=1_764_000_000_000)
+    return b"".join(b'{"create":{"_id":"floor-%d"}}\n%s\n' % (i, d.encode()) for i, d in enumerate(docs))
 
 
 def _cpu() -> float:
@@ -37,20 +62,45 @@ def _check(status: int, answer: bytes) -> None:
         raise RuntimeError(f"bulk failed: {status} {answer[:100]!r}")
 
 
-async def _measure(client: str, post: Post, n: int, interval_s: float) -> dict[str, float | str]:
-    """One request first (connect, warm up), then n requests every interval_s: CPU per request."""
-    _check(*await post(igzip.compress(BODY, 1)))
+Prepare = Callable[[], Awaitable[bytes]]
+
+
+async def _measure(client: str, post: Post, n: int, interval_s: float,
+                   prepare: Prepare | None = None, body: bytes = BODY) -> dict[str, float | str]:
+    """One request first (connect, warm up), then n requests every interval_s: CPU per request.
+    `prepare` makes each request's gzip'd body (default: isal on the loop, as before)."""
+    async def gz() -> bytes:
+        return igzip.compress(body, 1)
+    make = prepare or gz
+    _check(*await post(await make()))
     cpu0, t0 = _cpu(), time.monotonic()
     for _ in range(n):
         await asyncio.sleep(interval_s)
-        _check(*await post(igzip.compress(BODY, 1)))
+        _check(*await post(await make()))
     cpu1, t1 = _cpu(), time.monotonic()
     return {"client": client, "requests": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
             "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
 
 
-async def run_raw(url: str, n: int, interval_s: float) -> dict[str, float | str]:
-    """The same cycle on shipper's own HTTP/1.1 client (shipper/ship/http1.py)."""
+def _spool_prepare(body: bytes, lines: int, state_dir: str) -> Callable[[], bytes]:
+    """One `Spool.commit_acking` per call on a real spool: the body, gzip'd and stored, with the
+    previous call's ack in the same transaction (the spool thread's work once per request cycle)."""
+    from shipper.spool.store import Spool
+    spool = Spool(state_dir, headroom=True)
+    last: list[int] = []
+
+    def commit() -> bytes:
+        out = spool.commit_acking([(body, lines)], {"0d2cd1b4c54a": (0, len(body))}, [], True, last)
+        last[:] = [out[0][0].seq]
+        return out[0][1]
+    return commit
+
+
+async def run_raw(url: str, n: int, interval_s: float, body: bytes = BODY, lines: int = 1,
+                  mode: str = "raw") -> dict[str, float | str]:
+    """The same cycle on shipper's own HTTP/1.1 client (shipper/ship/http1.py); mode `thread`
+    gzips each body on a one-worker thread, `spool` commits it there (see the module's doc)."""
+    import tempfile
     from urllib.parse import urlsplit
 
     from shipper.ship.http1 import Origin, Pool
@@ -61,18 +111,42 @@ async def run_raw(url: str, n: int, interval_s: float) -> dict[str, float | str]
     async def post(body: bytes) -> tuple[int, bytes]:
         r = await pool.request(origin, "POST", "/_bulk?filter_path=errors", HEADERS, body)
         return r.status, r.body
+    loop = asyncio.get_running_loop()
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="floor")
+    tmp = tempfile.TemporaryDirectory(prefix="floor-")
+    prepare: Prepare | None = None
+    if mode == "thread":
+        async def prepare() -> bytes:
+            return await loop.run_in_executor(executor, igzip.compress, body, 1)
+    elif mode == "spool":
+        commit = await loop.run_in_executor(executor, _spool_prepare, body, lines, tmp.name)
+
+        async def prepare() -> bytes:
+            return await loop.run_in_executor(executor, commit)
     try:
-        return await _measure("raw", post, n, interval_s)
+        return await _measure(mode, post, n, interval_s, prepare, body)
     finally:
         pool.close()
+        executor.shutdown()
+        tmp.cleanup()
 
 
-async def run(url: str, n: int, interval_s: float) -> dict[str, float | str]:
+async def run_sleep(n: int, interval_s: float) -> dict[str, float | str]:
+    """Only the loop's sleep and wake-up, n times: what waking at all costs on this machine."""
+    cpu0, t0 = _cpu(), time.monotonic()
+    for _ in range(n):
+        await asyncio.sleep(interval_s)
+    cpu1, t1 = _cpu(), time.monotonic()
+    return {"client": "sleep", "requests": 0, "wakeups": n, "cpu_s": cpu1 - cpu0, "seconds": t1 - t0,
+            "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
+
+
+async def run(url: str, n: int, interval_s: float, body: bytes = BODY) -> dict[str, float | str]:
     async with aiohttp.ClientSession() as session:
         async def post(body: bytes) -> tuple[int, bytes]:
             async with session.post(url + "/_bulk?filter_path=errors", data=body, headers=HEADERS) as r:
                 return r.status, await r.read()
-        return await _measure("aiohttp", post, n, interval_s)
+        return await _measure("aiohttp", post, n, interval_s, body=body)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,12 +154,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("url")
     ap.add_argument("-n", type=int, default=400)
     ap.add_argument("--interval-ms", type=float, default=40.0)
-    ap.add_argument("--client", choices=("aiohttp", "raw", "both"), default="both",
-                    help="aiohttp's ClientSession, shipper's own HTTP/1.1 client, or both in turn")
+    ap.add_argument("--lines", type=int, default=1, help="pino documents per request (default 1)")
+    ap.add_argument("--client", choices=("sleep", "aiohttp", "raw", "thread", "spool", "both", "all"),
+                    default="both",
+                    help="no request (the wake-up alone), aiohttp's ClientSession, shipper's own HTTP/1.1 "
+                         "client, that client with a thread hand-over or a spool commit per request; "
+                         "both: aiohttp and raw; all: all five")
     args = ap.parse_args(argv)
-    for client in ("aiohttp", "raw") if args.client == "both" else (args.client,):
-        fn = run if client == "aiohttp" else run_raw
-        print(json.dumps(asyncio.run(fn(args.url, args.n, args.interval_ms / 1000))))
+    clients = {"both": ("aiohttp", "raw"), "all": ("sleep", "aiohttp", "raw", "thread", "spool")}.get(
+        args.client, (args.client,))
+    body = body_of(args.lines)
+    for client in clients:
+        if client == "sleep":
+            result = asyncio.run(run_sleep(args.n, args.interval_ms / 1000))
+        elif client == "aiohttp":
+            result = asyncio.run(run(args.url, args.n, args.interval_ms / 1000, body))
+        else:
+            result = asyncio.run(run_raw(args.url, args.n, args.interval_ms / 1000, body, args.lines, client))
+        result["lines"] = args.lines
+        print(json.dumps(result))
     return 0
 
 

@@ -168,6 +168,37 @@ def _command(system: str, tmp: str, log_path: str, url: str, args: argparse.Name
     raise SystemExit(f"unknown system {system!r} (known: naive, shipper, syslog-ng, rsyslog)")
 
 
+def per_thread(pid: int) -> dict[str, tuple[float, int]]:
+    """On-CPU seconds and context switches of each live thread of `pid` and its children, keyed
+    "pid/tid" (a process's main thread is "pid/pid"): which thread of a request cycle costs what."""
+    out: dict[str, tuple[float, int]] = {}
+    for task in _tree_tasks(pid):
+        try:
+            with open(f"{task}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            switches = 0
+            with open(f"{task}/status") as f:
+                for line in f:
+                    if "ctxt_switches:" in line:
+                        switches += int(line.split()[-1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parts = task.split("/")
+        out[f"{parts[2]}/{parts[4]}"] = (ns / 1e9, switches)
+    return out
+
+
+def thread_deltas(before: dict[str, tuple[float, int]],
+                  after: dict[str, tuple[float, int]]) -> list[dict[str, Any]]:
+    """Per thread over a window, busiest first; threads that started meanwhile count from zero."""
+    rows = []
+    for key, (cpu, sw) in after.items():
+        cpu0, sw0 = before.get(key, (0.0, 0))
+        pid, tid = key.split("/")
+        rows.append({"thread": "main" if pid == tid else key, "cpu_s": cpu - cpu0, "switches": sw - sw0})
+    return sorted(rows, key=lambda r: -r["cpu_s"])
+
+
 def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: str,
             rate: float, interval_ms: float, duration: float) -> dict[str, Any]:
     args.current_scenario = scenario
@@ -206,6 +237,7 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: 
         cpu0 = sampler.sample().cpu_s
         wake0 = wakeups(proc.pid)
         on0 = on_cpu_s(proc.pid)
+        threads0 = per_thread(proc.pid)
         if rate > 0:
             w = write_steadily(log_path, gen, rate, duration, interval_ms / 1000)
         else:
@@ -215,6 +247,7 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: 
         cpu1 = sampler.sample().cpu_s
         wake1 = wakeups(proc.pid)
         result["on_cpu_s"] = on_cpu_s(proc.pid) - on0
+        result["threads"] = thread_deltas(threads0, per_thread(proc.pid))
         result.update(w)
         result["cpu_s"] = cpu1 - cpu0
         result["cpu_percent"] = 100 * (cpu1 - cpu0) / w["seconds"]
@@ -354,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"wrote {r['written']:,} at {r['rate']:,.0f}/s (worst tick "
                       f"{r['max_tick_late_ms']:.1f} ms late), received {r.get('received', 0):,}, "
                       f"p99 {lat.get('p99', float('nan')):.1f} ms", flush=True)
+                busy = [t for t in r.get("threads", []) if t["cpu_s"] >= 0.005]
+                if busy:
+                    print("    threads (on-CPU s, context switches): " + ", ".join(
+                        f"{t['thread']} {t['cpu_s']:.3f} s {t['switches']:,}" for t in busy), flush=True)
                 if args.show_slowest:
                     for row in r.get("slowest_requests", [])[:args.show_slowest]:
                         print(f"    slow request at {row['at_s']:7.3f} s: {row['docs']:5d} docs, oldest "

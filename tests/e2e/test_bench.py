@@ -68,6 +68,34 @@ def test_latency_py_measures_a_short_steady_rate(tmp_path: Path) -> None:
     for name, r in results.items():
         assert r["ok"] and r["written"] > 0 and r["received"] == r["written"], (name, r)
         assert r["requests"] >= 1 and r["latency_ms"], (name, r)
+        # per thread over the window: the main thread is always among them, and the threads'
+        # on-CPU seconds add up to the process tree's
+        threads = {t["thread"]: t for t in r["threads"]}
+        assert "main" in threads and threads["main"]["cpu_s"] > 0, (name, r["threads"])
+        assert abs(sum(t["cpu_s"] for t in r["threads"]) - r["on_cpu_s"]) < 0.05, (name, r)
+    assert "threads (on-CPU s, context switches): main " in p.stdout, p.stdout[-2000:]
+
+
+def test_floor_py_measures_each_kind_of_cycle() -> None:
+    sink = subprocess.Popen([sys.executable, "bench/sink.py"], cwd=REPO, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None
+        url = json.loads(sink.stdout.readline())["url"]
+        p = subprocess.run([sys.executable, "bench/floor.py", url, "-n", "3", "--interval-ms", "5",
+                            "--lines", "4", "--client", "all"], cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+    finally:
+        assert sink.stdin is not None
+        sink.stdin.close()            # the sink exits when its stdin closes
+        sink.wait(timeout=30)
+        sink.stdout.close()
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [r["client"] for r in rows] == ["sleep", "aiohttp", "raw", "thread", "spool"], p.stdout
+    for r in rows:
+        assert r["lines"] == 4 and r["cpu_us_per_request"] > 0, r
+        assert r["requests"] == (0 if r["client"] == "sleep" else 3), r
 
 
 _FAULTS = """
