@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 
 log = logging.getLogger("shipper.spool")
@@ -20,6 +21,13 @@ log = logging.getLogger("shipper.spool")
 RESERVE_FILE = "reserve"               # state_dir/reserve: zeros, given back when the disk is full
 MAX_RESERVE_BYTES = 32 * 1024 * 1024
 MIN_RESERVE_BYTES = 64 * 1024
+# A look at the free space (statvfs, and the WAL's size) that said yes is trusted for the batches
+# that follow it for this long, while what they add leaves this many margins free: a steady trickle
+# then looks once a second, not once per request cycle (two syscalls that cost ~100 us of CPU
+# after the spool thread slept, issue 14). Nearer the edge every batch looks; a disk filled by
+# another writer meanwhile is what the reserve file is for (`hit_full`).
+REUSE_S = 1.0
+REUSE_MARGINS = 4
 
 
 def reserve_size(total_bytes: int, max_bytes: int = MAX_RESERVE_BYTES) -> int:
@@ -39,14 +47,27 @@ def should_write(free_bytes: int, nbytes: int, reserve_bytes: int, full: bool, *
     return room and (queue_empty or free_bytes >= total_bytes * 3 // 4)
 
 
+def room_is_clear(free_bytes: int, spent: int, nbytes: int, reserve_bytes: int, age_s: float | None) -> bool:
+    """Pure: may `nbytes` more be written on the strength of a look `age_s` seconds old (None: no
+    look to trust) that found `free_bytes` free, `spent` bytes having been let through since?
+    Only while the look is younger than REUSE_S and REUSE_MARGINS margins stay free beyond both."""
+    if age_s is None or not 0 <= age_s < REUSE_S:
+        return False
+    return free_bytes - spent - nbytes >= REUSE_MARGINS * reserve_bytes
+
+
 class Headroom:
-    """The state dir's free space and its reserve file. `statvfs` is injectable for tests."""
+    """The state dir's free space and its reserve file. `statvfs` and the clock are injectable for tests."""
 
     def __init__(self, state_dir: str, max_reserve_bytes: int = MAX_RESERVE_BYTES,
-                 statvfs: Callable[[str], os.statvfs_result] = os.statvfs) -> None:
+                 statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, RESERVE_FILE)
         self._statvfs = statvfs
+        self._clock = clock
+        self._looked_at: float | None = None    # when may_write last measured and said yes
+        self._spent = 0                         # bytes let through since that look
         st = statvfs(state_dir)
         self.total_bytes = st.f_blocks * st.f_frsize
         self.reserve_bytes = reserve_size(self.total_bytes, max_reserve_bytes)
@@ -59,8 +80,19 @@ class Headroom:
         self.free_bytes = st.f_bavail * st.f_frsize
         return self.free_bytes
 
+    def clear_for(self, nbytes: int, held: int = 0) -> bool:
+        """True, without measuring, when the last look that said yes still leaves room for `nbytes`
+        more beyond `held` (the WAL's size at that look): see REUSE_S. False: ask `may_write`."""
+        if self.full or not room_is_clear(self.free_bytes, self._spent + held, nbytes, self.reserve_bytes,
+                                          None if self._looked_at is None else self._clock() - self._looked_at):
+            return False
+        self._spent += nbytes
+        return True
+
     def may_write(self, nbytes: int, queue_empty: bool = False) -> bool:
         """Before new batches are written: False (full) while less than the margin would stay free."""
+        self._looked_at = None
+        looked_at = self._clock()
         free = self.measure()
         ok = should_write(free, nbytes, self.reserve_bytes, self.full, total_bytes=self.total_bytes,
                           queue_empty=queue_empty)
@@ -74,10 +106,13 @@ class Headroom:
                          extra={"state_dir": self.state_dir, "free_bytes": self.free_bytes})
         elif not ok and not self.full:
             self._enter(free, "reading paused")
+        if ok:
+            self._looked_at, self._spent = looked_at, nbytes
         return ok
 
     def hit_full(self) -> None:
         """A write failed for a full disk: give the reserve back so acks and checkpoints can run."""
+        self._looked_at = None
         released = False
         if self.has_reserve:
             try:

@@ -53,6 +53,7 @@ class Spool:
         self.quarantined = 0                                # batch rows set aside: they did not decode
         # the daemon's spool keeps room for acks on a full disk (issue 19); tools and tests do not
         self.headroom = Headroom(state_dir) if headroom and not read_only else None
+        self._wal_seen = 0     # the WAL's size at the headroom's last look (_check_room)
         try:
             self.cache = open_cache(path, self.db_path)
         except sqlite3.OperationalError:
@@ -538,10 +539,13 @@ class Spool:
         h = self.headroom
         if h is None:
             return
+        if h.clear_for(2 * nbytes, held=self._wal_seen):
+            return             # a look less than a second old leaves room to spare (REUSE_S)
         try:
             wal = os.path.getsize(self.db_path + "-wal")
         except OSError:
             wal = 0
+        self._wal_seen = wal
         if not h.may_write(2 * nbytes + wal, queue_empty=not self.pending):
             e = SpoolFullError(f"state_dir is full: {h.free_bytes} bytes free, "
                                f"{h.reserve_bytes} kept for acks and checkpoints")

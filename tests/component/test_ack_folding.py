@@ -117,15 +117,17 @@ def test_commit_acking_keeps_the_margin_for_acks_and_an_ack_alone_still_goes(tmp
     room, the new batch is refused (SpoolFullError, nothing written, the acks with it); the acks
     then go alone (what AsyncSpool's linger does), which needs no room."""
     from shipper.errors import SpoolFullError
-    from shipper.spool.headroom import Headroom
+    from shipper.spool.headroom import REUSE_S, Headroom
     from tests.unit.test_headroom import FakeFs, MiB
 
     s = Spool(str(tmp_path), headroom=True)
     try:
         fs = FakeFs(16 * MiB, 8 * MiB)
-        s.headroom = Headroom(str(tmp_path), statvfs=fs.statvfs)
+        now = [0.0]
+        s.headroom = Headroom(str(tmp_path), statvfs=fs.statvfs, clock=lambda: now[0])
         s.commit([(body(2), 2)], {"a": (0, 20)}, [cp("a", 20)], False)
         fs.free = s.headroom.reserve_bytes + 1024          # less than the margin beyond a batch
+        now[0] += REUSE_S                                  # the last look is too old to trust
         with pytest.raises(SpoolFullError):
             s.commit_acking([(body(2000, "b"), 2000)], {"a": (20, 40)}, [cp("a", 40)], False, [1])
         assert sorted(s.pending) == [1]                     # nothing written, the ack not either

@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shipper.spool.headroom import RESERVE_FILE, Headroom, reserve_size, should_write
+from shipper.spool.headroom import (
+    RESERVE_FILE,
+    REUSE_MARGINS,
+    REUSE_S,
+    Headroom,
+    reserve_size,
+    room_is_clear,
+    should_write,
+)
 
 MiB = 1 << 20
 
@@ -28,11 +36,25 @@ def test_writing_stops_before_the_margin_and_starts_again_only_after_a_drain_or_
     assert should_write(7500, 700, r, True, total_bytes=10_000)
 
 
+def test_a_recent_look_is_trusted_only_far_from_the_edge() -> None:
+    r = 100
+    far = REUSE_MARGINS * r
+    assert room_is_clear(far + 50, 0, 50, r, 0.0)
+    assert not room_is_clear(far + 50, 1, 50, r, 0.0)        # what was let through since counts
+    assert not room_is_clear(far + 50, 0, 51, r, 0.0)
+    assert room_is_clear(10 * far, 0, 50, r, REUSE_S * 0.99)
+    assert not room_is_clear(10 * far, 0, 50, r, REUSE_S)     # too old
+    assert not room_is_clear(10 * far, 0, 50, r, None)        # no look that said yes
+    assert not room_is_clear(10 * far, 0, 50, r, -1.0)        # a clock that went back
+
+
 class FakeFs:
     def __init__(self, total: int, free: int) -> None:
         self.total, self.free = total, free
+        self.looks = 0
 
     def statvfs(self, _path: str) -> os.statvfs_result:
+        self.looks += 1
         blocks = 4096
         return os.statvfs_result((blocks, blocks, self.total // blocks, self.free // blocks, self.free // blocks,
                                   0, 0, 0, 0, 255))
@@ -52,6 +74,37 @@ def test_the_reserve_is_made_released_on_a_full_disk_and_made_again(tmp_path: Pa
     assert not h.may_write(MiB)                          # room, but the queue is not drained yet
     assert h.may_write(MiB, queue_empty=True) and not h.full
     assert h.has_reserve and reserve.stat().st_size == MiB
+
+
+def test_a_steady_trickle_looks_once_a_second_and_every_batch_near_the_edge(tmp_path: Path) -> None:
+    fs = FakeFs(1024 * MiB, 512 * MiB)
+    now = [0.0]
+    h = Headroom(str(tmp_path), statvfs=fs.statvfs, clock=lambda: now[0])
+    assert h.reserve_bytes == 32 * MiB
+    assert not h.clear_for(MiB)                       # nothing to trust before a look said yes
+    looks = fs.looks
+    assert h.may_write(MiB) and fs.looks == looks + 1
+    for i in range(1, 21):                            # 20 batches within the second: no look
+        now[0] = i * 0.04
+        assert h.clear_for(MiB, held=4 * MiB)
+    assert fs.looks == looks + 1
+    now[0] = 1.0                                      # 1.0 s after the look: measure again
+    assert not h.clear_for(MiB)
+    assert h.may_write(MiB) and fs.looks == looks + 2
+    # another writer took the disk meanwhile: the next look sees it and pauses reading
+    fs.free = 32 * MiB
+    now[0] = 2.0
+    assert not h.clear_for(MiB) and not h.may_write(MiB) and h.full
+    assert not h.clear_for(MiB)                       # while full, every batch looks
+    # near the edge (under four margins beyond what was let through), every batch looks too
+    fs.free = 140 * MiB
+    assert h.may_write(MiB, queue_empty=True) and not h.full
+    assert h.clear_for(MiB, held=0)                   # 140 - 1 - 1 >= 128
+    assert not h.clear_for(11 * MiB, held=0)          # 140 - 2 - 11 < 128
+    # a write that met a full disk anyway: nothing is trusted until the next look
+    assert h.may_write(MiB)
+    h.hit_full()
+    assert not h.clear_for(1)
 
 
 def test_status_says_the_state_dir_is_full_and_counts_quarantined_records() -> None:
