@@ -36,19 +36,32 @@ from gen import PinoGenerator  # noqa: E402
 from run import machine_info  # noqa: E402
 
 
-def workloads(state_dir: str) -> list[tuple[str, Callable[[], object]]]:
-    from shipper.codec import gzip_compress
-    from shipper.spool.store import Spool
+def bulk_body(n: int) -> bytes:
+    """A bulk body of n pino documents (350 bytes each), as shipper builds one."""
+    lines = [line.encode() + b"\n" for line in PinoGenerator(1, 350).batch(n, time_ms=1_764_000_000_000)]
+    return b"".join(b'{"create":{"_id":"0d2cd1b4c54a-%d"}}\n' % (i * 350) + ln for i, ln in enumerate(lines))
 
-    lines = [line.encode() + b"\n" for line in PinoGenerator(1, 350).batch(40, time_ms=1_764_000_000_000)]
-    body = b"".join(b'{"create":{"_id":"0d2cd1b4c54a-%d"}}\n' % (i * 350) + ln for i, ln in enumerate(lines))
+
+def spool_committer(state_dir: str, body: bytes, n: int) -> Callable[[], bytes]:
+    """One `Spool.commit_acking` of `body` (n documents) per call on a real spool, carrying the
+    previous call's ack (the spool thread's work once per request cycle); returns the stored,
+    gzip'd body."""
+    from shipper.spool.store import Spool
     spool = Spool(state_dir, headroom=True)
     last: list[int] = []
 
-    def commit() -> object:
-        out = spool.commit_acking([(body, len(lines))], {"0d2cd1b4c54a": (0, len(body))}, [], True, last)
+    def commit() -> bytes:
+        out = spool.commit_acking([(body, n)], {"0d2cd1b4c54a": (0, len(body))}, [], True, last)
         last[:] = [out[0][0].seq]
-        return out
+        return out[0][1]
+    return commit
+
+
+def workloads(state_dir: str) -> list[tuple[str, Callable[[], object]]]:
+    from shipper.codec import gzip_compress
+
+    body = bulk_body(40)
+    commit = spool_committer(state_dir, body, 40)
 
     def python_ops() -> object:
         d: dict[str, int] = {}

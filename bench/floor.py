@@ -35,17 +35,17 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from isal import igzip
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # cold.py, gen.py
+
 BODY = b'{"create":{"_index":"bench","_id":"x"}}\n{"level":30,"time":1,"msg":"hello"}\n'
 
 
 def body_of(lines: int) -> bytes:
-    """A bulk body of `lines` pino documents (bench/gen.py's, 350 bytes), or the one-line BODY."""
+    """A bulk body of `lines` pino documents (cold.py's, 350 bytes each), or the one-line BODY."""
     if lines <= 1:
         return BODY
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from gen import PinoGenerator
-    docs = PinoGenerator(1, 350).batch(lines, time_ms=1_764_000_000_000)
-    return b"".join(b'{"create":{"_id":"floor-%d"}}\n%s\n' % (i, d.encode()) for i, d in enumerate(docs))
+    from cold import bulk_body
+    return bulk_body(lines)
 
 
 def _cpu() -> float:
@@ -82,20 +82,6 @@ async def _measure(client: str, post: Post, n: int, interval_s: float,
             "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
 
 
-def _spool_prepare(body: bytes, lines: int, state_dir: str) -> Callable[[], bytes]:
-    """One `Spool.commit_acking` per call on a real spool: the body, gzip'd and stored, with the
-    previous call's ack in the same transaction (the spool thread's work once per request cycle)."""
-    from shipper.spool.store import Spool
-    spool = Spool(state_dir, headroom=True)
-    last: list[int] = []
-
-    def commit() -> bytes:
-        out = spool.commit_acking([(body, lines)], {"0d2cd1b4c54a": (0, len(body))}, [], True, last)
-        last[:] = [out[0][0].seq]
-        return out[0][1]
-    return commit
-
-
 async def run_raw(url: str, n: int, interval_s: float, body: bytes = BODY, lines: int = 1,
                   mode: str = "raw") -> dict[str, float | str]:
     """The same cycle on shipper's own HTTP/1.1 client (shipper/ship/http1.py); mode `thread`
@@ -119,7 +105,8 @@ async def run_raw(url: str, n: int, interval_s: float, body: bytes = BODY, lines
         async def prepare() -> bytes:
             return await loop.run_in_executor(executor, igzip.compress, body, 1)
     elif mode == "spool":
-        commit = await loop.run_in_executor(executor, _spool_prepare, body, lines, tmp.name)
+        from cold import spool_committer
+        commit = await loop.run_in_executor(executor, spool_committer, tmp.name, body, lines)
 
         async def prepare() -> bytes:
             return await loop.run_in_executor(executor, commit)

@@ -70,16 +70,7 @@ def _tree_tasks(pid: int) -> Iterator[str]:
 def wakeups(pid: int) -> int:
     """Context switches (voluntary + involuntary) of every thread of `pid` and its children so far:
     each voluntary one is a sleep the thread woke from, so over an idle minute it counts wakeups."""
-    total = 0
-    for task in _tree_tasks(pid):
-        try:
-            with open(f"{task}/status") as f:
-                for line in f:
-                    if "ctxt_switches:" in line:
-                        total += int(line.split()[-1])
-        except OSError:
-            continue
-    return total
+    return sum(sw for _cpu, sw in per_thread(pid).values())
 
 
 def on_cpu_s(pid: int) -> float:
@@ -88,14 +79,7 @@ def on_cpu_s(pid: int) -> float:
     odd idle figure can be told from an accounting artefact. Threads that ended meanwhile are
     missing from it (shipper's and the peers' live for the whole run). On the bench VM the two
     agree within a few ms (2026-12-02)."""
-    total = 0
-    for task in _tree_tasks(pid):
-        try:
-            with open(f"{task}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
+    return sum(cpu for cpu, _sw in per_thread(pid).values())
 
 
 def write_steadily(path: str, gen: PinoGenerator, rate: float, duration_s: float,
