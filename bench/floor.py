@@ -14,10 +14,15 @@ imports and the first request). Clients:
 - `spool`: `raw`, with the body committed on that thread by a real `Spool.commit_acking` (gzip,
   one SQLite transaction carrying the previous request's ack), then posted: the least a cycle
   costs with SQLite and gzip off the loop and a record durable before it is sent
-- `both` (default): aiohttp and raw; `all`: all five in turn
+- `sync-sleep`, `sync-raw`, `sync-spool`: the same three cycles (the wake-up alone; gzip and one
+  POST; a real spool commit and one POST) without asyncio: one plain thread that sleeps in
+  `time.sleep`, commits on itself and posts on a blocking socket (the request head as
+  `shipper/ship/http1.py` writes it, its answer read by that module's `parse_head`). The floor of
+  a design that ran each request cycle synchronously in one thread, the loop kept for signals
+- `both` (default): aiohttp and raw; `all`: all eight in turn
 
     python bench/floor.py URL [-n 400] [--interval-ms 40] [--lines 1]
-                          [--client sleep|aiohttp|raw|thread|spool|both|all]
+                          [--client sleep|aiohttp|raw|thread|spool|sync-sleep|sync-raw|sync-spool|both|all]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import concurrent.futures
 import json
 import os
 import resource
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -63,6 +69,7 @@ def _check(status: int, answer: bytes) -> None:
 
 
 Prepare = Callable[[], Awaitable[bytes]]
+SYNC = ("sync-sleep", "sync-raw", "sync-spool")
 
 
 async def _measure(client: str, post: Post, n: int, interval_s: float,
@@ -128,6 +135,64 @@ async def run_sleep(n: int, interval_s: float) -> dict[str, float | str]:
             "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
 
 
+def run_sync(url: str, n: int, interval_s: float, body: bytes = BODY, lines: int = 1,
+             mode: str = "sync-raw") -> dict[str, float | str]:
+    """The cycle with no event loop (see the module's doc): one thread, blocking sleep, commit and
+    socket; `sync-sleep` only sleeps."""
+    import tempfile
+    from urllib.parse import urlsplit
+
+    from shipper.ship.http1 import Origin, parse_head
+    parts = urlsplit(url)
+    origin = Origin(parts.scheme, parts.hostname or "", parts.port or 80)
+    if origin.scheme != "http":
+        raise SystemExit("the sync clients speak plain http only")
+    tmp = tempfile.TemporaryDirectory(prefix="floor-")
+    sock = socket.create_connection((origin.host, origin.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    head = "".join([f"POST /_bulk?filter_path=errors HTTP/1.1\r\nHost: {origin.host_header}\r\n",
+                    *(f"{k}: {v}\r\n" for k, v in HEADERS.items())])
+    if mode == "sync-spool":
+        from cold import spool_committer
+        make = spool_committer(tmp.name, body, lines)
+    else:
+        def make() -> bytes:
+            return igzip.compress(body, 1)
+
+    def post() -> None:
+        gz = make()
+        sock.sendall(f"{head}Content-Length: {len(gz)}\r\n\r\n".encode("latin-1") + gz)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += _recv(sock)
+        raw_head, _, answer = buf.partition(b"\r\n\r\n")
+        status, _, headers = parse_head(raw_head)
+        while len(answer) < int(headers.get("content-length", "0")):
+            answer += _recv(sock)
+        _check(status, answer)
+    try:
+        if mode != "sync-sleep":
+            post()                         # the first request (warm-up), as _measure does
+        cpu0, t0 = _cpu(), time.monotonic()
+        for _ in range(n):
+            time.sleep(interval_s)
+            if mode != "sync-sleep":
+                post()
+        cpu1, t1 = _cpu(), time.monotonic()
+    finally:
+        sock.close()
+        tmp.cleanup()
+    return {"client": mode, "requests": 0 if mode == "sync-sleep" else n, "cpu_s": cpu1 - cpu0,
+            "seconds": t1 - t0, "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
+
+
+def _recv(sock: socket.socket) -> bytes:
+    data = sock.recv(65536)
+    if not data:
+        raise ConnectionError("the sink closed the connection")
+    return data
+
+
 async def run(url: str, n: int, interval_s: float, body: bytes = BODY) -> dict[str, float | str]:
     async with aiohttp.ClientSession() as session:
         async def post(body: bytes) -> tuple[int, bytes]:
@@ -142,18 +207,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=400)
     ap.add_argument("--interval-ms", type=float, default=40.0)
     ap.add_argument("--lines", type=int, default=1, help="pino documents per request (default 1)")
-    ap.add_argument("--client", choices=("sleep", "aiohttp", "raw", "thread", "spool", "both", "all"),
+    ap.add_argument("--client", choices=("sleep", "aiohttp", "raw", "thread", "spool", *SYNC, "both", "all"),
                     default="both",
                     help="no request (the wake-up alone), aiohttp's ClientSession, shipper's own HTTP/1.1 "
                          "client, that client with a thread hand-over or a spool commit per request; "
-                         "both: aiohttp and raw; all: all five")
+                         "sync-*: sleep, raw and spool with no event loop (one thread, blocking I/O); "
+                         "both: aiohttp and raw; all: all eight")
     args = ap.parse_args(argv)
-    clients = {"both": ("aiohttp", "raw"), "all": ("sleep", "aiohttp", "raw", "thread", "spool")}.get(
+    clients = {"both": ("aiohttp", "raw"), "all": ("sleep", "aiohttp", "raw", "thread", "spool", *SYNC)}.get(
         args.client, (args.client,))
     body = body_of(args.lines)
     for client in clients:
         if client == "sleep":
             result = asyncio.run(run_sleep(args.n, args.interval_ms / 1000))
+        elif client in SYNC:
+            result = run_sync(args.url, args.n, args.interval_ms / 1000, body, args.lines, client)
         elif client == "aiohttp":
             result = asyncio.run(run(args.url, args.n, args.interval_ms / 1000, body))
         else:

@@ -132,6 +132,9 @@ def _command(system: str, tmp: str, log_path: str, url: str, args: argparse.Name
     if system == "naive":
         return [py, os.path.join(BENCH_DIR, "naive.py"), log_path, url, "--follow",
                 "--poll-ms", f"{args.naive_poll_ms:g}"]
+    if system == "sync":          # a measurement, not a shipper: see bench/syncproto.py
+        return [py, os.path.join(BENCH_DIR, "syncproto.py"), log_path, url,
+                "--interval-ms", f"{args.sync_interval_ms:g}", "--state", os.path.join(tmp, "sync-state")]
     if system == "shipper":
         cfg = shipper_config(tmp, log_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
@@ -149,7 +152,7 @@ def _command(system: str, tmp: str, log_path: str, url: str, args: argparse.Name
                     "--format", "raw",
                     "--threads", "--function", "--rate", "250", "--nonblocking", "--subprocesses", "--", *cmd]
         return cmd
-    raise SystemExit(f"unknown system {system!r} (known: naive, shipper, syslog-ng, rsyslog)")
+    raise SystemExit(f"unknown system {system!r} (known: naive, shipper, sync, syslog-ng, rsyslog)")
 
 
 def per_thread(pid: int) -> dict[str, tuple[float, int]]:
@@ -306,7 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval-ms", type=float, default=5.0, help="custom: one write every this long (default 5)")
     ap.add_argument("--naive-poll-ms", type=float, default=10.0, help="naive tailer's poll at EOF (default 10)")
     ap.add_argument("--systems", default="naive,shipper,syslog-ng,rsyslog",
-                    help="comma-separated (default naive,shipper,syslog-ng,rsyslog)")
+                    help="comma-separated (default naive,shipper,syslog-ng,rsyslog; also sync: "
+                         "bench/syncproto.py, a measurement of shipper's cycle run in one thread)")
+    ap.add_argument("--sync-interval-ms", type=float, default=40.0,
+                    help="sync (bench/syncproto.py, shipper's cycle in one thread): one cycle every this long "
+                         "(default 40, shipper's flush_min_interval)")
     ap.add_argument("--line-bytes", type=int, default=350)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--gzip", choices=("on", "off"), default="on", help="shipper: compression gzip|none")

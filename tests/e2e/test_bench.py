@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,10 +63,10 @@ def test_cold_py_prints_every_call_at_every_gap() -> None:
 def test_latency_py_measures_a_short_steady_rate(tmp_path: Path) -> None:
     out = tmp_path / "latency.json"
     p = _bench("latency.py", "--scenarios", "custom", "--rate", "200", "--interval-ms", "10", "--duration", "1.5",
-               "--systems", "naive,shipper", "--json", str(out))
+               "--systems", "naive,shipper,sync", "--json", str(out))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     results = {r["system"]: r for r in json.loads(out.read_text())["results"]}
-    assert set(results) == {"naive", "shipper"}
+    assert set(results) == {"naive", "shipper", "sync"}
     for name, r in results.items():
         assert r["ok"] and r["written"] > 0 and r["received"] == r["written"], (name, r)
         assert r["requests"] >= 1 and r["latency_ms"], (name, r)
@@ -74,6 +76,51 @@ def test_latency_py_measures_a_short_steady_rate(tmp_path: Path) -> None:
         assert "main" in threads and threads["main"]["cpu_s"] > 0, (name, r["threads"])
         assert abs(sum(t["cpu_s"] for t in r["threads"]) - r["on_cpu_s"]) < 0.05, (name, r)
     assert "threads (on-CPU s, context switches): main " in p.stdout, p.stdout[-2000:]
+
+
+def test_syncproto_ships_each_line_once_and_keeps_the_checkpoint_with_its_batch(tmp_path: Path) -> None:
+    # the one-thread prototype of the cycle (bench/syncproto.py) keeps the design rules it is
+    # measured under: every line arrives once, and its spool ends holding the file's end as the
+    # checkpoint and no batch (the last one acked as it stops)
+    log, state = tmp_path / "app.log", tmp_path / "state"
+    log.write_bytes(b"".join(b'{"level":30,"time":1764000000000,"msg":"line %d"}\n' % i for i in range(500)))
+    sink = subprocess.Popen([sys.executable, "bench/sink.py", "--verify"], cwd=REPO, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None
+        url = json.loads(sink.stdout.readline())["url"]
+        proto = subprocess.Popen([sys.executable, "bench/syncproto.py", str(log), url, "--interval-ms", "5",
+                                  "--state", str(state)], cwd=REPO)
+        try:
+            deadline = time.monotonic() + 60
+            while _sink_docs(url) < 500:
+                assert time.monotonic() < deadline and proto.poll() is None, "the prototype did not deliver"
+                time.sleep(0.05)
+            with log.open("ab") as f:          # appended later: the next cycles take it
+                f.write(b'{"level":30,"time":1764000000000,"msg":"late"}\n')
+            while _sink_docs(url) < 501:
+                assert time.monotonic() < deadline and proto.poll() is None, "the late line did not arrive"
+                time.sleep(0.05)
+        finally:
+            proto.terminate()
+            assert proto.wait(timeout=30) == 0
+    finally:
+        assert sink.stdin is not None
+        sink.stdin.close()
+        sink.wait(timeout=30)
+        received = json.loads(sink.stdout.read().splitlines()[-1])
+        sink.stdout.close()
+    assert received["docs"] == 501 and received["verify"]["distinct_ids"] == 501, received
+    code = ("import sys; from shipper.spool.store import Spool; s = Spool(sys.argv[1]); "
+            "print([cp.offset for cp in s.checkpoints.values()], len(s.pending)); s.close()")
+    p = subprocess.run([sys.executable, "-c", code, str(state)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [f"[{log.stat().st_size}]", "0"], p.stdout
+
+
+def _sink_docs(url: str) -> int:
+    with urllib.request.urlopen(url + "/_bench/stats", timeout=10) as r:
+        return int(json.loads(r.read())["docs"])
 
 
 def test_floor_py_measures_each_kind_of_cycle() -> None:
@@ -89,13 +136,17 @@ def test_floor_py_measures_each_kind_of_cycle() -> None:
         assert sink.stdin is not None
         sink.stdin.close()            # the sink exits when its stdin closes
         sink.wait(timeout=30)
+        received = json.loads(sink.stdout.read().splitlines()[-1])
         sink.stdout.close()
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     rows = [json.loads(line) for line in p.stdout.splitlines()]
-    assert [r["client"] for r in rows] == ["sleep", "aiohttp", "raw", "thread", "spool"], p.stdout
+    assert [r["client"] for r in rows] == ["sleep", "aiohttp", "raw", "thread", "spool",
+                                           "sync-sleep", "sync-raw", "sync-spool"], p.stdout
     for r in rows:
         assert r["lines"] == 4 and r["cpu_us_per_request"] > 0, r
-        assert r["requests"] == (0 if r["client"] == "sleep" else 3), r
+        assert r["requests"] == (0 if r["client"].endswith("sleep") else 3), r
+    # every request of the six clients that post (a first one, then 3) reached the sink whole
+    assert received["docs"] == 6 * 4 * 4, received
 
 
 _FAULTS = """
