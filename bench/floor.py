@@ -16,8 +16,8 @@ imports and the first request). Clients:
   costs with SQLite and gzip off the loop and a record durable before it is sent
 - `sync-sleep`, `sync-raw`, `sync-spool`: the same three cycles (the wake-up alone; gzip and one
   POST; a real spool commit and one POST) without asyncio: one plain thread that sleeps in
-  `time.sleep`, commits on itself and posts on a blocking socket (the request head as
-  `shipper/ship/http1.py` writes it, its answer read by that module's `parse_head`). The floor of
+  `time.sleep`, commits on itself and posts on a blocking socket (`syncproto.py`'s `Poster`: the
+  request head as `shipper/ship/http1.py` writes it, the answer read by its `parse_head`). The floor of
   a design that ran each request cycle synchronously in one thread, the loop kept for signals
 - `both` (default): aiohttp and raw; `all`: all eight in turn
 
@@ -33,7 +33,6 @@ import concurrent.futures
 import json
 import os
 import resource
-import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -41,7 +40,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from isal import igzip
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # cold.py, gen.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # cold.py, gen.py, syncproto.py
 
 BODY = b'{"create":{"_index":"bench","_id":"x"}}\n{"level":30,"time":1,"msg":"hello"}\n'
 
@@ -138,59 +137,34 @@ async def run_sleep(n: int, interval_s: float) -> dict[str, float | str]:
 def run_sync(url: str, n: int, interval_s: float, body: bytes = BODY, lines: int = 1,
              mode: str = "sync-raw") -> dict[str, float | str]:
     """The cycle with no event loop (see the module's doc): one thread, blocking sleep, commit and
-    socket; `sync-sleep` only sleeps."""
+    socket (syncproto.py's `Poster`); `sync-sleep` only sleeps."""
     import tempfile
-    from urllib.parse import urlsplit
 
-    from shipper.ship.http1 import Origin, parse_head
-    parts = urlsplit(url)
-    origin = Origin(parts.scheme, parts.hostname or "", parts.port or 80)
-    if origin.scheme != "http":
+    from syncproto import Poster
+    if not url.startswith("http://"):
         raise SystemExit("the sync clients speak plain http only")
     tmp = tempfile.TemporaryDirectory(prefix="floor-")
-    sock = socket.create_connection((origin.host, origin.port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    head = "".join([f"POST /_bulk?filter_path=errors HTTP/1.1\r\nHost: {origin.host_header}\r\n",
-                    *(f"{k}: {v}\r\n" for k, v in HEADERS.items())])
     if mode == "sync-spool":
         from cold import spool_committer
         make = spool_committer(tmp.name, body, lines)
     else:
         def make() -> bytes:
             return igzip.compress(body, 1)
-
-    def post() -> None:
-        gz = make()
-        sock.sendall(f"{head}Content-Length: {len(gz)}\r\n\r\n".encode("latin-1") + gz)
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            buf += _recv(sock)
-        raw_head, _, answer = buf.partition(b"\r\n\r\n")
-        status, _, headers = parse_head(raw_head)
-        while len(answer) < int(headers.get("content-length", "0")):
-            answer += _recv(sock)
-        _check(status, answer)
+    poster = Poster(url, "bench")
     try:
         if mode != "sync-sleep":
-            post()                         # the first request (warm-up), as _measure does
+            poster.post(make())            # the first request (warm-up), as _measure does
         cpu0, t0 = _cpu(), time.monotonic()
         for _ in range(n):
             time.sleep(interval_s)
             if mode != "sync-sleep":
-                post()
+                poster.post(make())
         cpu1, t1 = _cpu(), time.monotonic()
     finally:
-        sock.close()
+        poster.close()
         tmp.cleanup()
     return {"client": mode, "requests": 0 if mode == "sync-sleep" else n, "cpu_s": cpu1 - cpu0,
             "seconds": t1 - t0, "cpu_us_per_request": (cpu1 - cpu0) / n * 1e6}
-
-
-def _recv(sock: socket.socket) -> bytes:
-    data = sock.recv(65536)
-    if not data:
-        raise ConnectionError("the sink closed the connection")
-    return data
 
 
 async def run(url: str, n: int, interval_s: float, body: bytes = BODY) -> dict[str, float | str]:

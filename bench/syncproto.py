@@ -68,6 +68,9 @@ class Poster:
         if status != 200 or b'"errors":false' not in answer:
             raise RuntimeError(f"bulk failed: HTTP {status}: {answer[:200]!r}")
 
+    def close(self) -> None:
+        self.sock.close()
+
     def _recv(self) -> bytes:
         data = self.sock.recv(65536)
         if not data:
@@ -124,6 +127,7 @@ def follow(path: str, url: str, interval_s: float, state_dir: str, index: str) -
     if acks:
         spool.commit_acking([], {}, [], True, acks)
     spool.close()
+    poster.close()
     os.close(fd)
     return sent
 
