@@ -5,7 +5,8 @@ a cycle and how much is its shape (an asyncio loop woken by a timer, a hand-over
 thread and back, the answer waking the loop again)? This program does the same work with
 shipper's own parts and no event loop: every `--interval-ms` it reads what was appended to one
 file (`os.pread`, bounded), splits and builds the lines with shipper's C path (`LineSplitter.
-feed_built` into `DocBuilder.split_builder`: the same documents and `_id`s as `shipper run`),
+feed_built` into `DocBuilder.split_builder`: the documents `shipper run` builds, though the
+incarnation in each `_id` is the file's device and inode here, not shipper's fingerprint identity),
 commits the body gzip'd together with the file's checkpoint and the previous batch's ack in one
 SQLite transaction (`Spool.commit_acking`, as the spool thread does), posts it on a blocking
 socket and waits for the answer (the request as `shipper/ship/http1.py` writes it, the answer
