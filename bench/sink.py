@@ -459,6 +459,7 @@ class SinkProcess:
             assert self.proc.stdin is not None and self.proc.stdout is not None
             self.proc.stdin.close()
             out = self.proc.stdout.read()
+            self.proc.stdout.close()
             self.proc.wait(10)
             lines = [ln for ln in out.splitlines() if ln.strip()]
             if lines:

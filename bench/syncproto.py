@@ -54,7 +54,6 @@ class Poster:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.head = (f"POST /{index}/_bulk?filter_path=errors HTTP/1.1\r\nHost: {host}:{port}\r\n"
                      "Content-Type: application/x-ndjson\r\nContent-Encoding: gzip\r\n")
-        self.requests = 0
 
     def post(self, gz: bytes) -> None:
         self.sock.sendall(f"{self.head}Content-Length: {len(gz)}\r\n\r\n".encode("latin-1") + gz)
@@ -65,7 +64,6 @@ class Poster:
         status, _, headers = parse_head(head)
         while len(answer) < int(headers.get("content-length", "0")):
             answer += self._recv()
-        self.requests += 1
         if status != 200 or b'"errors":false' not in answer:
             raise RuntimeError(f"bulk failed: HTTP {status}: {answer[:200]!r}")
 

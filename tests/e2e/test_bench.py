@@ -6,13 +6,13 @@ what is checked is that every system delivered what was written, not how fast (n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -82,45 +82,39 @@ def test_syncproto_ships_each_line_once_and_keeps_the_checkpoint_with_its_batch(
     # the one-thread prototype of the cycle (bench/syncproto.py) keeps the design rules it is
     # measured under: every line arrives once, and its spool ends holding the file's end as the
     # checkpoint and no batch (the last one acked as it stops)
+    from shipper.spool.store import Spool
     log, state = tmp_path / "app.log", tmp_path / "state"
     log.write_bytes(b"".join(b'{"level":30,"time":1764000000000,"msg":"line %d"}\n' % i for i in range(500)))
-    sink = subprocess.Popen([sys.executable, "bench/sink.py", "--verify"], cwd=REPO, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    sink = _bench_sink().SinkProcess(verify=True)
     try:
-        assert sink.stdout is not None
-        url = json.loads(sink.stdout.readline())["url"]
-        proto = subprocess.Popen([sys.executable, "bench/syncproto.py", str(log), url, "--interval-ms", "5",
+        proto = subprocess.Popen([sys.executable, "bench/syncproto.py", str(log), sink.url, "--interval-ms", "5",
                                   "--state", str(state)], cwd=REPO)
         try:
-            deadline = time.monotonic() + 60
-            while _sink_docs(url) < 500:
-                assert time.monotonic() < deadline and proto.poll() is None, "the prototype did not deliver"
-                time.sleep(0.05)
+            assert sink.wait_docs(500, 60)["docs"] == 500, "the prototype did not deliver"
             with log.open("ab") as f:          # appended later: the next cycles take it
                 f.write(b'{"level":30,"time":1764000000000,"msg":"late"}\n')
-            while _sink_docs(url) < 501:
-                assert time.monotonic() < deadline and proto.poll() is None, "the late line did not arrive"
-                time.sleep(0.05)
+            assert sink.wait_docs(501, 60)["docs"] == 501, "the late line did not arrive"
         finally:
             proto.terminate()
             assert proto.wait(timeout=30) == 0
     finally:
-        assert sink.stdin is not None
-        sink.stdin.close()
-        sink.wait(timeout=30)
-        received = json.loads(sink.stdout.read().splitlines()[-1])
-        sink.stdout.close()
-    assert received["docs"] == 501 and received["verify"]["distinct_ids"] == 501, received
-    code = ("import sys; from shipper.spool.store import Spool; s = Spool(sys.argv[1]); "
-            "print([cp.offset for cp in s.checkpoints.values()], len(s.pending)); s.close()")
-    p = subprocess.run([sys.executable, "-c", code, str(state)], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == [f"[{log.stat().st_size}]", "0"], p.stdout
+        received = sink.stop()
+    assert received is not None and received["docs"] == 501 and received["verify"]["distinct_ids"] == 501, received
+    spool = Spool(str(state))
+    try:
+        assert [cp.offset for cp in spool.checkpoints.values()] == [log.stat().st_size] and not spool.pending
+    finally:
+        spool.close()
 
 
-def _sink_docs(url: str) -> int:
-    with urllib.request.urlopen(url + "/_bench/stats", timeout=10) as r:
-        return int(json.loads(r.read())["docs"])
+def _bench_sink() -> ModuleType:
+    """bench/sink.py as a module, loaded by path (bench/ stays off this process's sys.path)."""
+    spec = importlib.util.spec_from_file_location("bench_sink", REPO / "bench" / "sink.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module        # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_floor_py_measures_each_kind_of_cycle() -> None:
@@ -136,6 +130,7 @@ def test_floor_py_measures_each_kind_of_cycle() -> None:
         assert sink.stdin is not None
         sink.stdin.close()            # the sink exits when its stdin closes
         sink.wait(timeout=30)
+        assert sink.stdout is not None
         received = json.loads(sink.stdout.read().splitlines()[-1])
         sink.stdout.close()
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
