@@ -248,8 +248,10 @@ class Service:
                 return 1
             now = time.monotonic()
             if now >= next_status - IDLE_EARLY_S:      # a coalesced wait may end that much early
-                self._refresh_gauges()
-                doc = self.status_doc()      # taken on the loop: the pipeline is not thread-safe
+                # one snapshot and one list of files a tick, for the gauges and the document both
+                # (taken on the loop: the pipeline is not thread-safe)
+                snap, files = self._refresh_gauges()
+                doc = self.status_doc(snap, files)
                 same = material(doc)
                 if same != last_doc or now - last_written >= STATUS_SAME_EVERY_S - IDLE_EARLY_S:
                     await asyncio.to_thread(self._write_status_safe, doc)
@@ -329,11 +331,12 @@ class Service:
 
     # ---------------------------------------------------------------- telemetry
 
-    def _refresh_gauges(self) -> None:
-        """Every STATUS_EVERY_S: sample rates, refresh gauges, log progress while catching up."""
+    def _refresh_gauges(self) -> tuple[PipelineStatus | None, list[dict[str, Any]] | None]:
+        """Every STATUS_EVERY_S: sample rates, refresh gauges, log progress while catching up.
+        Returns the snapshot and its files (with their rates), for the status document."""
         p = self.pipeline
         if p is None:
-            return
+            return None, None
         now = time.monotonic()
         snap = p.snapshot()
         if self.spool is not None:              # issue 19: the state dir's room
@@ -342,12 +345,16 @@ class Service:
             self.metrics.set("shipper_state_dir_free_bytes", room["free_bytes"] or 0)
         files = self.monitor.sample(snap, now)
         self.monitor.progress(snap, now, files)
+        return snap, files
 
     def snapshot(self) -> PipelineStatus | None:
         return self.pipeline.snapshot() if self.pipeline is not None else None
 
-    def status_doc(self) -> dict[str, Any]:
-        doc = self.monitor.status_doc(self.snapshot(), time.monotonic())
+    def status_doc(self, snap: PipelineStatus | None = None, files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The status document; from `snap` and its sampled `files` when the tick has them."""
+        if snap is None:
+            snap, files = self.snapshot(), None
+        doc = self.monitor.status_doc(snap, time.monotonic(), files=files)
         if self.spool is not None:              # issue 19: {"full", "free_bytes", "reserve_bytes", "quarantined"}
             doc["state_dir"] = {"path": self.cfg.state_dir, **self.spool.room()}
         return doc

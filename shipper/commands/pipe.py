@@ -113,7 +113,7 @@ class PipeRun:
         files = self.monitor.sample(snap, now)
         self.monitor.progress(snap, now, files, always=True)
         try:
-            write_status(self.cfg.state_dir, self.monitor.status_doc(snap, now))
+            write_status(self.cfg.state_dir, self.monitor.status_doc(snap, now, files=files))
         except OSError as e:
             log.debug("status file not written", extra={"error": str(e)})
 

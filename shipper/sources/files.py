@@ -141,6 +141,7 @@ class FileSource:
 
     def status(self, shipped: Mapping[str, int], writing: list[Draft]) -> list[FileStatus]:
         out = []
+        drafts = [*writing, self.reader.writer.draft]
         for f in list(self.files.open.values()):
             h = f.harvester
             cp = f.checkpoint
@@ -152,7 +153,7 @@ class FileSource:
                     size = max(size, os.fstat(h.fd).st_size)
                 except OSError:
                     pass
-            acked = lowest_unshipped(cp.incarnation, cp.offset, shipped, [*writing, self.reader.writer.draft])
+            acked = lowest_unshipped(cp.incarnation, cp.offset, shipped, drafts)
             out.append(FileStatus(h.path, h.inode, cp.incarnation, acked, cp.offset, size, max(0, size - acked),
                                   "copy" if f.role == "copy" else h.state))
         return out

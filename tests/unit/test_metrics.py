@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shipper.config import load_config_text
 from shipper.metrics import HELP, Metrics, TelemetryEvents, render_prometheus
 from shipper.model import FileStatus
-from shipper.monitor import BACKLOG_MIN_BYTES, Monitor, RateTracker, eta_s
+from shipper.monitor import BACKLOG_MIN_BYTES, MIN_RATE_SPAN_S, Monitor, RateTracker, eta_s
 from tests.support.daemon import metric_key, parse_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,6 +186,57 @@ def test_rate_over_window_and_restart_and_missing_keys() -> None:
     assert r.rate("in") is None
     r.observe(132.0, {"in": 25})
     assert r.rate("in") == pytest.approx(10.0)
+
+
+class WalkingRateTracker:
+    """The reference: the first RateTracker, which walked back through the window for each rate."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.samples: list[tuple[float, dict[str, float]]] = []
+
+    def observe(self, now: float, totals: dict[str, float]) -> None:
+        self.samples.append((now, dict(totals)))
+        while len(self.samples) > 2 and self.samples[1][0] <= now - self.window_s:
+            self.samples.pop(0)
+
+    def rate(self, key: str) -> float | None:
+        if len(self.samples) < 2:
+            return None
+        t1, last = self.samples[-1]
+        v1 = last.get(key)
+        if v1 is None:
+            return None
+        oldest: tuple[float, float] | None = None
+        newer = v1
+        for t, totals in reversed(self.samples[:-1]):
+            v = totals.get(key)
+            if v is None or v > newer:
+                break
+            oldest, newer = (t, v), v
+        if oldest is None or t1 - oldest[0] < MIN_RATE_SPAN_S:
+            return None
+        return (v1 - oldest[1]) / (t1 - oldest[0])
+
+
+# one sample: the seconds since the last (0 allowed) and, per key, its total or None (absent)
+_SAMPLE = st.tuples(st.sampled_from([0.0, 0.5, 1.0, 2.0, 7.0]),
+                    st.fixed_dictionaries({k: st.one_of(st.none(), st.integers(0, 50)) for k in ("a", "b", "c")}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_SAMPLE, max_size=40), st.sampled_from([5.0, 10.0, 30.0]))
+def test_rate_tracker_equals_the_walk_back_through_the_window(samples: list[tuple[float, dict[str, int | None]]],
+                                                              window_s: float) -> None:
+    fast, ref = RateTracker(window_s=window_s), WalkingRateTracker(window_s)
+    now = 100.0
+    for step, totals in samples:
+        now += step
+        present = {k: float(v) for k, v in totals.items() if v is not None}
+        fast.observe(now, present)
+        ref.observe(now, present)
+        for key in ("a", "b", "c", "missing"):
+            assert fast.rate(key) == ref.rate(key), (key, now)
 
 
 def test_eta() -> None:
