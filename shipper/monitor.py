@@ -34,40 +34,43 @@ class RateTracker:
 
     def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
         self.window_s = window_s
-        self._samples: deque[tuple[float, dict[str, float]]] = deque()
-        # key -> (time, total) of the first sample of the key's current run: the key is in every
-        # sample since and its total never went down. A rate is then O(1) per key, not a walk
+        self._samples: deque[tuple[int, float, dict[str, float]]] = deque()   # (number, time, totals)
+        self._n = 0
+        # key -> (number, time, total) of the first sample of the key's current run: the key is in
+        # every sample since and its total never went down. A rate is then O(1) per key, not a walk
         # back through the window's samples: the status tick asks one for every open file (at
-        # 1,000 files that walk was most of an idle daemon's CPU).
-        self._since: dict[str, tuple[float, float]] = {}
+        # 1,000 files that walk was most of an idle daemon's CPU). Samples are told apart by
+        # number, not time: two may share a time.
+        self._since: dict[str, tuple[int, float, float]] = {}
 
     def observe(self, now: float, totals: dict[str, float]) -> None:
-        last = self._samples[-1][1] if self._samples else {}
+        last = self._samples[-1][2] if self._samples else {}
+        n = self._n = self._n + 1
         since = self._since
-        runs: dict[str, tuple[float, float]] = {}
+        runs: dict[str, tuple[int, float, float]] = {}
         for key, v in totals.items():
             prev = last.get(key)
             start = since.get(key) if prev is not None and v >= prev else None
-            runs[key] = (now, v) if start is None else start
+            runs[key] = (n, now, v) if start is None else start
         self._since = runs
-        self._samples.append((now, dict(totals)))
+        self._samples.append((n, now, dict(totals)))
         # keep one sample at or before the window's start, so a rate always spans the window
-        while len(self._samples) > 2 and self._samples[1][0] <= now - self.window_s:
+        while len(self._samples) > 2 and self._samples[1][1] <= now - self.window_s:
             self._samples.popleft()
 
     def rate(self, key: str) -> float | None:
         """Per second over the window; None with fewer than two samples holding the key."""
         if len(self._samples) < 2:
             return None
-        t1, last = self._samples[-1]
+        n1, t1, last = self._samples[-1]
         v1 = last.get(key)
         if v1 is None:
             return None
-        t0, v0 = self._since[key]
-        if t0 >= t1:                         # the run starts at the newest sample
+        n0, t0, v0 = self._since[key]
+        if n0 == n1:                         # the run starts at the newest sample
             return None
-        first_t, first = self._samples[0]
-        if t0 < first_t:                     # it began before the window: from the oldest sample kept
+        first_n, first_t, first = self._samples[0]
+        if n0 < first_n:                     # it began before the oldest sample kept: from there
             t0, v0 = first_t, first[key]
         if t1 - t0 < MIN_RATE_SPAN_S:
             return None
