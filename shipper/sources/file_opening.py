@@ -157,7 +157,7 @@ class FileOpener:
                 f.harvester.state = "renamed"
             else:
                 self.events.rotated_copy_opened(cp.path, cand.path, cp.incarnation, cp.offset)
-            files.open[key] = f
+            files.add(key, f)
             if d.kind == "continue":
                 self.events.file_opened(cand.path, st.st_ino, cp.offset, cp.incarnation)
             return
@@ -165,7 +165,7 @@ class FileOpener:
             cp = d.cp
             assert cp is not None
             cp.finished = False          # the same file, grown again after we let it go (if it was finished)
-            files.open[key] = rd.make(cand.path, idx, o.fd, st, cp, gz=o.gz, role=d.role)
+            files.add(key, rd.make(cand.path, idx, o.fd, st, cp, gz=o.gz, role=d.role))
             if d.reopened:
                 self.events.file_reopened(cand.path, st.st_ino, cp.offset)
             else:
@@ -180,7 +180,7 @@ class FileOpener:
         f = rd.make(cand.path, idx, o.fd, st, cp, gz=o.gz, role=d.role)
         if d.renamed:
             f.harvester.state = "renamed"
-        files.open[key] = f
+        files.add(key, f)
         self.events.file_opened(cand.path, st.st_ino, start, cp.incarnation)
 
 

@@ -107,14 +107,15 @@ class FileReader:
 
     # ---------------------------------------------------------------- reading
 
-    def read_round(self, room: Room, now_wall: float, now_mono: float) -> Progress:
-        """One pass over every open file, bounded by the draft's room."""
+    def read_round(self, room: Room, now_wall: float, now_mono: float, full: bool = True) -> Progress:
+        """One pass over the open files, bounded by the draft's room: every one when `full`, else
+        those not quiet (a quiet file was read to its end and inotify has not named it since)."""
         progressed = False
         backlog = False
         draft = self.writer.draft
         for f in list(self.files.open.values()):
             h = f.harvester
-            if h.fd < 0:
+            if h.fd < 0 or (f.quiet and not full and h.at_eof and h.state == "active"):
                 continue
             budget = min(READ_BYTES, max(64 * 1024, room.max_bytes - draft.nbytes))
             # about the lines the draft has room for: a round that overshoots bulk_max_events
@@ -134,6 +135,9 @@ class FileReader:
                 if was_empty and built_docs:
                     draft.started = now_mono
             nlines = len(lines) + (built.lines if built is not None else 0)
+            if f.quiet and nlines:
+                # lines no inotify event announced: this file is read every round from now on
+                f.quiet, f.unreported = False, True
             if not nlines and h.splitter.offset == f.checkpoint.offset:
                 continue
             if nlines:
@@ -251,12 +255,16 @@ class FileReader:
         self.stage(cp)
         self.recovery.forget_orphan(cp.incarnation)
 
-    async def check(self, now: float) -> None:
-        """Rotation, truncation, deletion and idleness of every open file."""
+    async def check(self, now: float, full: bool = True) -> None:
+        """Rotation, truncation, deletion and idleness of the open files: every one when `full`,
+        else those not quiet. A file found read to its end, unchanged, active, becomes quiet."""
         for key, f in list(self.files.open.items()):
             if key not in self.files.open:
                 continue
             h = f.harvester
+            if f.quiet and not full and h.at_eof and h.state == "active":
+                continue
+            f.quiet = False
             if f.role == "copy":
                 if h.error is not None:
                     self._copy_failed(key, f)
@@ -273,7 +281,9 @@ class FileReader:
             if what in ("renamed", "deleted"):
                 self.events.file_rotated(h.path, h.inode, what)
             if not h.at_eof or h.position < h.size:
+                f.quiet = False
                 continue
+            f.quiet = what == "same" and h.state == "active" and not h.suspect and not f.unreported
             idle_s = now - h.last_growth
             if h.state == "deleted":
                 if idle_s >= DELETED_GRACE_S:
@@ -289,6 +299,7 @@ class FileReader:
         beside the file, found by content; it is read from there as the old incarnation (same _ids)
         while the file itself goes on as a new incarnation from 0."""
         h = f.harvester
+        f.quiet = False
         old = f.checkpoint
         committed = f.committed_offset()
         self.events.file_truncated(h.path, h.inode, committed)
@@ -309,8 +320,8 @@ class FileReader:
             else:
                 files.unpark(ckey)
                 old.offset = committed
-                files.open[ckey] = self.make(found.copy_path, f.input_idx, c.fd, c.st, old, start=committed,
-                                             gz=c.gz, role="copy")
+                files.add(ckey, self.make(found.copy_path, f.input_idx, c.fd, c.st, old, start=committed,
+                                          gz=c.gz, role="copy"))
                 self.events.rotated_copy_opened(old.path, found.copy_path, old.incarnation, committed)
         elif old.fp_len and not may_open:
             # no slot for the copy now: the old incarnation stays unfinished at what was read, so the

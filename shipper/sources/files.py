@@ -30,6 +30,10 @@ from shipper.tail.recovery import Recovery
 log = logging.getLogger("shipper.tail")
 
 RESCAN_MIN_GAP_S = 0.2        # inotify-triggered rescans (something was created or moved in) at most this often
+# A file read to its end and unchanged is quiet: read rounds and checks pass it by until inotify
+# names its path. Every FULL_LOOK_S (and after each rescan) every open file is read and checked
+# anyway, for writes no event names (a hard link written elsewhere: that file is then read every round).
+FULL_LOOK_S = 10.0
 
 
 class FileSource:
@@ -57,6 +61,11 @@ class FileSource:
         self._next_clean = clock.monotonic() + self._clean_every
         self._watcher: discovery.Watcher | None = None
         self._link_roots: dict[str, str] = {}    # the last rescan's symlinks (Catalog.note_links)
+        self._named: set[str] = set()            # paths inotify named, for the parked files' recheck
+        self._next_full = 0.0                    # monotonic: the next full look at every open file
+        self._full_read = True                   # a full read round is due (after a rescan, on schedule)
+        self._full_check = True                  # a full check is due
+        self._warned_incomplete = False
 
     exhausted = False
 
@@ -89,13 +98,17 @@ class FileSource:
         if now >= self._next_scan or (wanted and now - self._last_scan >= gap):
             if w is not None:
                 w.scan_wanted = False
+                self._take_named()
+                self._named.clear()      # the rescan looks at every parked file
             self._rescan_soon = False
             await self.rescan()
             self.scanned.set()
             self._next_scan = self.clock.monotonic() + self._scan_every
         else:
             if w is not None:
-                self._recheck_modified(w.take_modified())
+                self._take_named()
+                named, self._named = self._named, set()
+                self._recheck_modified(named)
             if self.files.waiting:
                 await self.opener.open_waiting()
         if now >= self._next_clean:
@@ -103,13 +116,60 @@ class FileSource:
             self._next_clean = self.clock.monotonic() + self._clean_every
 
     def read_round(self, room: Room, now_wall: float, now_mono: float) -> Progress:
-        return self.reader.read_round(room, now_wall, now_mono)
+        full = self._full_look(now_mono)
+        p = self.reader.read_round(room, now_wall, now_mono, full)
+        if full and not p.backlog:
+            self._full_read = False      # every open file was read (a round cut short goes on in the next)
+        return p
 
     def flush_due(self, now_mono: float) -> None:
         self.reader.flush_due(now_mono)
 
     async def check(self, now_mono: float) -> None:
-        await self.reader.check(now_mono)
+        full = self._full_check or not self._targeted()
+        self._full_check = False
+        await self.reader.check(now_mono, full)
+
+    # ---------------------------------------------------------------- quiet files
+
+    def _targeted(self) -> bool:
+        """inotify names every write under the globs: read rounds may pass quiet files by."""
+        w = self._watcher
+        return w is not None and self._watching and w.names_writes and w.incomplete is None
+
+    def _take_named(self) -> None:
+        """The paths inotify named since the last call: an open file at one is not quiet any more;
+        the paths are kept for the parked files' recheck at the next tick."""
+        w = self._watcher
+        if w is None:
+            return
+        paths = w.take_modified()
+        if not paths:
+            return
+        open_at = self.files.open_at
+        for path in paths:
+            f = open_at(path)
+            if f is not None:
+                f.quiet = False
+        if len(self._named) + len(paths) > discovery.MAX_PENDING_PATHS:
+            self._named.clear()
+            self._rescan_soon = True       # too many to recheck one by one: the rescan looks at all
+        else:
+            self._named.update(paths)
+
+    def _full_look(self, now: float) -> bool:
+        """Whether this read round reads every open file (else only those not quiet)."""
+        if not self._targeted():
+            return True
+        self._take_named()
+        if now >= self._next_full:
+            self._next_full = now + FULL_LOOK_S
+            w = self._watcher
+            assert w is not None
+            w.poll()                 # events already queued are no news to the full look
+            self._take_named()
+            self._full_read = self._full_check = True
+        return self._full_read
 
     def next_deadline(self) -> float | None:
         return self.reader.next_deadline()
@@ -142,11 +202,17 @@ class FileSource:
     def status(self, shipped: Mapping[str, int], writing: list[Draft]) -> list[FileStatus]:
         out = []
         drafts = [*writing, self.reader.writer.draft]
+        targeted = self._targeted()
+        if targeted:
+            w = self._watcher
+            assert w is not None
+            w.poll()
+            self._take_named()       # a file written since is not quiet: its size is looked at
         for f in list(self.files.open.values()):
             h = f.harvester
             cp = f.checkpoint
             size = h.size
-            if not h.compressed and h.fd >= 0:
+            if not h.compressed and h.fd >= 0 and not (targeted and f.quiet):
                 # the size the last read saw is stale while reading is paused (backpressure, a full
                 # disk): the file's own says how far behind we really are
                 try:
@@ -210,11 +276,17 @@ class FileSource:
         t0 = time.monotonic()
         entries = await asyncio.to_thread(self._scan_thread)
         self._scan_cost_s = time.monotonic() - t0
+        watcher = self._watcher
+        if watcher is not None and watcher.incomplete is not None and not self._warned_incomplete:
+            self._warned_incomplete = True
+            log.warning("a directory could not be watched; every read round reads every open file",
+                        extra={"error": watcher.incomplete})
         if self._link_roots:
             self.catalog.note_links(self._link_roots)
         # open files first: a truncation noticed now gives the new content its incarnation (and
         # fingerprint) before any sibling is judged by content
-        await self.check(self.clock.monotonic())
+        await self.reader.check(self.clock.monotonic())
+        self._full_read = True       # and the next read round reads every open file
         for f in list(self.files.open.values()):
             if f.role == "live":
                 self.reader.grow_fingerprint(f)    # a young file's content claimed before a copy of it is judged

@@ -217,13 +217,25 @@ class Watcher:
         self._link_of: dict[str, tuple[str, ...]] = {}   # symlink target -> matched paths
         self.scan_wanted = False
         self._paused = False
+        # why some directory could not be watched (inotify's limits, permissions), None while every
+        # one is: then a write may go unnamed, and the reader reads every open file every round
+        self.incomplete: str | None = None
         loop.add_reader(self._fd, self._on_readable)
+
+    names_writes = True
+    """Every write to a file under a watched directory comes as an event naming its path (while
+    `incomplete` is None): a file read to its end need not be read again until it is named."""
+
+    def _refused(self, d: str, e: OSError) -> None:
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR):      # gone meanwhile: nothing there to miss
+            self.incomplete = f"{d}: {e.strerror or e}"
 
     def _add(self, d: str, deep: bool) -> bool:
         """Watch one directory (and, when deep, every directory under it). False if d is not watchable."""
         try:
             wd = _inotify_add_watch(self._fd, d)
-        except OSError:
+        except OSError as e:
+            self._refused(d, e)
             return False       # gone meanwhile, or inotify limits reached: the rescan still finds everything
         with self._lock:
             old = self._dirs.get(wd)        # one directory under two globs: one watch, recursive if either is
@@ -236,7 +248,8 @@ class Watcher:
                     p = os.path.join(root, sub)
                     try:
                         swd = _inotify_add_watch(self._fd, p)
-                    except OSError:
+                    except OSError as e:
+                        self._refused(p, e)
                         continue
                     with self._lock:
                         self._dirs[swd] = (p, True)
@@ -275,7 +288,8 @@ class Watcher:
                     self.scan_wanted = True
                     if mask & _IN_ISDIR and where[1]:
                         new_dirs.append(os.path.join(where[0], os.fsdecode(name)))
-                elif mask & (_IN_MODIFY | _IN_ATTRIB) and not mask & _IN_ISDIR and name:
+                elif mask & _NAMED and not mask & _IN_ISDIR and name:
+                    # written, or renamed away or deleted: an open file at that path is looked at
                     modified.append(os.path.join(where[0], os.fsdecode(name)))
             if modified:
                 if len(self._modified) + len(modified) <= MAX_PENDING_PATHS:
@@ -293,6 +307,11 @@ class Watcher:
             out, self._modified = self._modified, set()
             link_of = self._link_of
         return _translate(out, link_of)
+
+    def poll(self) -> None:
+        """Take what inotify queued, now (on the loop's thread): before a look that relies on it."""
+        if self._fd >= 0:
+            self._on_readable()
 
     def pause(self) -> None:
         """Stop reading inotify for a while (on the loop's thread): events wait in the kernel, where
@@ -370,10 +389,11 @@ def _close_watch_fd(loop: asyncio.AbstractEventLoop, fd: int) -> None:
 
 
 # inotify(7), through libc: no thread of its own, the loop polls the fd
-_IN_MODIFY, _IN_ATTRIB, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x4, 0x80, 0x100
+_IN_MODIFY, _IN_ATTRIB, _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x2, 0x4, 0x40, 0x80, 0x100, 0x200
 _IN_Q_OVERFLOW, _IN_IGNORED, _IN_ONLYDIR, _IN_ISDIR = 0x4000, 0x8000, 0x01000000, 0x40000000
 _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
-_WATCH_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_MOVED_TO | _IN_CREATE | _IN_ONLYDIR
+_NAMED = _IN_MODIFY | _IN_ATTRIB | _IN_MOVED_FROM | _IN_DELETE     # events that name a file to look at
+_WATCH_MASK = _NAMED | _IN_MOVED_TO | _IN_CREATE | _IN_ONLYDIR
 _EVENT = struct.Struct("iIII")       # wd, mask, cookie, len (then len bytes of NUL-padded name)
 _EVENT_HEAD = _EVENT.size
 _libc: Any = None
@@ -421,6 +441,13 @@ class WatchdogWatcher:
         self._modified: set[str] = set()
         self._link_of: dict[str, tuple[str, ...]] = {}
         self.scan_wanted = False
+        self.incomplete: str | None = None
+
+    names_writes = False
+    """watchdog's events are not relied on to name every write: every open file is read every round."""
+
+    def poll(self) -> None:
+        """See `Watcher.poll`: watchdog's threads deliver events as they come."""
 
     def _poke(self) -> None:
         self._pending.clear()

@@ -39,6 +39,12 @@ class OpenFile:
     holder: Holder | None = None     # a MultilineAggregator (multiline) or a ContainerJoiner (docker/cri)
     role: Role = "live"
     line_bytes: float = 0.0          # mean line length of the last read (sizes reads to the draft's room)
+    # read to its end with nothing new since: read rounds pass it by until inotify names its path
+    # (a write, a rename, a deletion) or the periodic full look (`sources/files.py`)
+    quiet: bool = False
+    # a full look found lines that no inotify event announced (a hard link written elsewhere, a
+    # writer in another mount): never quiet again, read every round as before
+    unreported: bool = False
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -90,6 +96,25 @@ class FileSet:
         self.waiting: dict[Key, Candidate] = {}        # in arrival order: fair under max_open_files
         self.parked: dict[Key, Parked] = {}
         self._parked_paths: dict[str, Key] = {}
+        self._open_paths: dict[str, Key] = {}          # the path each open file was opened at
+
+    def add(self, key: Key, f: OpenFile) -> None:
+        """A file opened: every open goes through here, so `open_at` knows its path."""
+        old = self.open.get(key)
+        if old is not None and old is not f:
+            self._unindex(key, old)
+        self.open[key] = f
+        self._open_paths[os.path.normpath(f.harvester.path)] = key
+
+    def open_at(self, path: str) -> OpenFile | None:
+        """The open file opened at `path` (the name inotify reports a write by), if any."""
+        key = self._open_paths.get(os.path.normpath(path))
+        return None if key is None else self.open.get(key)
+
+    def _unindex(self, key: Key, f: OpenFile) -> None:
+        p = os.path.normpath(f.harvester.path)
+        if self._open_paths.get(p) == key:
+            del self._open_paths[p]
 
     # ---------------------------------------------------------------- slots
 
@@ -150,12 +175,14 @@ class FileSet:
     def close(self, key: Key) -> None:
         f = self.open.pop(key, None)
         if f is not None:
+            self._unindex(key, f)
             f.harvester.close()
 
     def close_all(self) -> None:
         for f in self.open.values():
             f.harvester.close()
         self.open.clear()
+        self._open_paths.clear()
 
 
 def disk_stat(fd: int) -> tuple[int, int]:

@@ -43,7 +43,12 @@ def gzip_file(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
 
 
 def _create_like(path: Path, st: os.stat_result) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        # a writer that opens with O_CREAT per write re-created the path between the rename and
+        # here: its file stands (logrotate keeps an existing file too, it only warns)
+        return
     try:
         os.fchmod(fd, stat.S_IMODE(st.st_mode))
         if os.geteuid() == 0 or st.st_uid == os.geteuid():

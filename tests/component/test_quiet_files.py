@@ -1,0 +1,189 @@
+"""Quiet files: an open file read to its end is passed by until inotify names its path.
+
+Real files, the real inotify watcher on the running loop, the rig's pipeline under the fake clock
+(so the periodic full look comes only when the test moves the clock on). Which files a read round
+reads is seen by a spy on `Harvester._chunk`, the one place a read round reads a file's bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from shipper.sources.files import FULL_LOOK_S
+from shipper.tail import discovery
+from shipper.tail.harvester import Harvester
+from tests.support.pipeline_rig import Rig
+from tests.support.wait import async_wait_until
+
+
+def _line(n: int) -> bytes:
+    return b'{"level":30,"time":1764000000000,"msg":"m%d"}\n' % n
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files read since the test last cleared it."""
+    seen: list[str] = []
+    orig = Harvester._chunk
+
+    def spy(self: Harvester, max_bytes: int) -> bytes | memoryview | None:
+        seen.append(os.path.basename(self.path))
+        return orig(self, max_bytes)
+
+    monkeypatch.setattr(Harvester, "_chunk", spy)
+    return seen
+
+
+@pytest.fixture
+async def watched(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
+    rigs: list[Rig] = []
+
+    def make(pattern: str = "logs/*.log") -> Rig:
+        rig = Rig(tmp_path, [str(tmp_path / pattern)])
+        rigs.append(rig)
+        return rig
+
+    (tmp_path / "logs").mkdir()
+    yield make
+    for rig in rigs:
+        await rig.p.files.stop()
+        await rig.close()
+
+
+async def _start(rig: Rig) -> None:
+    await rig.p.files.start(asyncio.Event())
+    assert rig.p.files.watching
+    await rig.step()          # the first rescan: a full read and a full check, every file quiet after
+
+
+async def _round_until(rig: Rig, cond: Callable[[], bool], what: str) -> None:
+    """Read rounds, yielding to the loop between them (inotify is read there), until `cond`."""
+    def once() -> bool:
+        rig.p.read_round()
+        return cond()
+    await async_wait_until(once, what, timeout_s=10.0, interval_s=0.01)
+
+
+async def test_a_write_to_one_file_reads_that_file_alone(watched: Callable[..., Rig], tmp_path: Path,
+                                                         reads: list[str]) -> None:
+    logs = tmp_path / "logs"
+    for name in ("a", "b", "c"):
+        (logs / f"{name}.log").write_bytes(_line(0))
+    rig = watched()
+    await _start(rig)
+    assert len(rig.docs) == 3
+    reads.clear()
+    rig.p.read_round()
+    assert reads == [], "quiet files were read with nothing written"
+
+    with open(logs / "b.log", "ab") as f:
+        f.write(_line(1))
+    await _round_until(rig, lambda: "b.log" in reads, "the written file to be read")
+    await rig.step(scan=False)
+    assert rig.count("m1") == 1 and len(rig.docs) == 4
+    assert set(reads) == {"b.log"}, f"files read for one write to b.log: {sorted(set(reads))}"
+
+
+async def test_the_full_look_finds_a_write_no_event_names_and_reads_that_file_every_round(
+        watched: Callable[..., Rig], tmp_path: Path, reads: list[str]) -> None:
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (logs / "a.log").write_bytes(_line(0))
+    (logs / "b.log").write_bytes(_line(0))
+    os.link(logs / "a.log", elsewhere / "a.link")      # written there, inotify on logs/ says nothing
+    rig = watched()
+    await _start(rig)
+    reads.clear()
+    with open(elsewhere / "a.link", "ab") as f:
+        f.write(_line(1))
+    for _ in range(5):
+        await asyncio.sleep(0.02)
+        rig.p.read_round()
+    assert rig.count("m1") == 0 and "a.log" not in reads
+
+    rig.clock.advance(FULL_LOOK_S)
+    await rig.step(scan=False)
+    assert rig.count("m1") == 1, "the full look did not read the unannounced write"
+
+    reads.clear()
+    rig.p.read_round()
+    assert reads == ["a.log"], "a file written behind inotify's back must be read every round"
+    with open(elsewhere / "a.link", "ab") as f:
+        f.write(_line(2))
+    await rig.step(scan=False)
+    assert rig.count("m2") == 1 and not rig.dup_ids
+
+
+async def test_a_quiet_file_deleted_is_looked_at_at_once_and_closed(watched: Callable[..., Rig], tmp_path: Path,
+                                                                    reads: list[str]) -> None:
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(_line(0))
+    (logs / "b.log").write_bytes(_line(0))
+    rig = watched()
+    await _start(rig)
+    os.unlink(logs / "a.log")
+    rig.clock.advance(2.0)        # past the deleted file's grace, well before the next full look
+
+    async def closed() -> bool:
+        await rig.step(scan=False)
+        return any(a[-1] == "deleted" for a in rig.events.of("file_closed"))
+
+    for _ in range(200):
+        if await closed():
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("a quiet file deleted was not closed before the full look")
+    assert len(rig.p.sources) == 1
+
+
+async def test_status_shows_a_quiet_files_new_size(watched: Callable[..., Rig], tmp_path: Path,
+                                                   reads: list[str]) -> None:
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(_line(0))
+    rig = watched()
+    await _start(rig)
+    before = {os.path.basename(s.path): s.size for s in rig.p.status()}["a.log"]
+    with open(logs / "a.log", "ab") as f:
+        f.write(b"x" * 100)
+    after = {os.path.basename(s.path): s for s in rig.p.status()}["a.log"]
+    assert after.size == before + 100 and after.lag_bytes >= 100
+
+
+@pytest.mark.parametrize("refused", ["b", "logs"])
+async def test_a_directory_inotify_refuses_makes_every_round_read_every_file(
+        watched: Callable[..., Rig], tmp_path: Path, reads: list[str], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, refused: str) -> None:
+    logs = tmp_path / "logs"
+    for d in ("a", "b"):
+        (logs / d).mkdir()
+        (logs / d / f"{d}.log").write_bytes(_line(0))
+    real = discovery._inotify_add_watch
+
+    def add_watch(fd: int, path: str) -> int:
+        if os.path.basename(path) == refused:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return real(fd, path)
+
+    monkeypatch.setattr(discovery, "_inotify_add_watch", add_watch)
+    rig = watched("logs/**/*.log")
+    with caplog.at_level(logging.WARNING, logger="shipper.tail"):
+        await rig.p.files.start(asyncio.Event())
+        await rig.step()
+    warned = [r for r in caplog.records if r.getMessage().startswith("a directory could not be watched")]
+    assert len(warned) == 1 and refused in getattr(warned[0], "error", "")
+    reads.clear()
+    rig.p.read_round()
+    assert sorted(reads) == ["a.log", "b.log"]
+    with open(logs / "b" / "b.log", "ab") as f:
+        f.write(_line(1))
+    rig.p.read_round()
+    await rig.step(scan=False)
+    assert rig.count("m1") == 1
