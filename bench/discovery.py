@@ -7,14 +7,18 @@ so every figure is one a user with N log files would see:
    every line was acknowledged, files/s, CPU-s, peak RSS;
 2. idle with N files tracked: CPU % of a core, wake-ups/s, RSS and log files held open over
    `--idle` seconds with nothing written (the rescans every `scan_interval` included);
-3. appends: one line appended to each of `--appends` files picked across the set (most of them
+3. one busy file among them: `--steady-rate` lines/s in 1-line writes (pino's default
+   destination) to one file for `--steady` seconds while the others stay idle; CPU-s and % of a
+   core of that phase, wake-ups/s (what N idle files add to the cost of one busy one);
+4. appends: one line appended to each of `--appends` files picked across the set (most of them
    parked once more than `max_open_files` are tracked), one after the other; ms from the write
    until the sink has it;
-4. late files: `--late` files created in a new nested directory; seconds until all arrived;
-5. stop: SIGTERM, exit code, and the sink's check: every line once, no `_id` twice.
+5. late files: `--late` files created in a new nested directory; seconds until all arrived;
+6. stop: SIGTERM, exit code, and the sink's check: every line once, no `_id` twice.
 
     .venv/bin/python bench/discovery.py [--files 10000] [--lines 1] [--max-open 1024]
-                                        [--idle 30] [--appends 20] [--late 100] [--json PATH]
+                                        [--idle 30] [--steady 10] [--steady-rate 1000]
+                                        [--appends 20] [--late 100] [--json PATH]
 """
 
 from __future__ import annotations
@@ -91,6 +95,25 @@ def open_log_fds(pid: int, root: str) -> int:
         except OSError:
             continue
     return count
+
+
+def write_steadily(path: str, seq: int, rate: float, seconds: float) -> int:
+    """`rate` lines/s appended to `path` for `seconds`, one write per line, on a fixed schedule
+    (late writes catch up, never drift); returns the next seq."""
+    n = int(rate * seconds)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        t0 = time.monotonic()
+        for i in range(n):
+            due = t0 + i / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            os.write(fd, line(seq))
+            seq += 1
+    finally:
+        os.close(fd)
+    return seq
 
 
 def cpu_s(pid: int) -> float:
@@ -179,9 +202,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               f"= {result['idle_cpu_percent']:.2f}% of a core, {result['idle_wakeups_s']:.1f} wake-ups/s, "
               f"RSS {result['idle_rss_mb']:.1f} MB, {result['open_log_fds']} log files open", flush=True)
 
-        # 3. appends to files across the set, one after the other
-        rng = random.Random(args.seed)
+        # 3. one busy file among N idle ones
         names = file_names(args.files)
+        if args.steady > 0:
+            busy = os.path.join(root, names[0])
+            c0, w0, s0 = cpu_s(proc.pid), wakeups(proc.pid), time.monotonic()
+            seq0 = seq
+            seq = write_steadily(busy, seq, args.steady_rate, args.steady)
+            wait_for(sink, seq, args.timeout, proc, "one busy file")
+            c1, w1, s1 = cpu_s(proc.pid), wakeups(proc.pid), time.monotonic()
+            result["steady_s"] = s1 - s0
+            result["steady_lines"] = seq - seq0
+            result["steady_cpu_s"] = c1 - c0
+            result["steady_cpu_percent"] = 100.0 * (c1 - c0) / (s1 - s0)
+            result["steady_wakeups_s"] = (w1 - w0) / (s1 - s0)
+            print(f"  one busy file: {seq - seq0:,} lines at {args.steady_rate:,.0f}/s in 1-line writes among "
+                  f"{args.files:,} files: CPU {result['steady_cpu_s']:.2f} s = {result['steady_cpu_percent']:.2f}% "
+                  f"of a core over {result['steady_s']:.1f} s, {result['steady_wakeups_s']:.0f} wake-ups/s", flush=True)
+
+        # 4. appends to files across the set, one after the other
+        rng = random.Random(args.seed)
         picks = rng.sample(range(args.files), min(args.appends, args.files))
         delays_ms: list[float] = []
         for i in picks:
@@ -196,7 +236,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {len(delays_ms)} appends to files across the set: write to acknowledged p50 "
               f"{result['append_p50_ms']:.0f} ms, max {result['append_max_ms']:.0f} ms", flush=True)
 
-        # 4. late files in a new nested directory
+        # 5. late files in a new nested directory
         tl = time.monotonic()
         seq = make_files(root, file_names(args.late, prefix=os.path.join("late", "deep")), seq, args.lines)
         result["late_s"] = wait_for(sink, seq, args.timeout, proc, "late files") - tl
@@ -207,7 +247,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["error"] = str(e)
         print(f"!! {e}", flush=True)
     finally:
-        # 5. stop
+        # 6. stop
         ts = time.monotonic()
         reaped, killed = stop_system(proc.pid, proc.pid, args.stop_timeout)
         sampler.stop()
@@ -242,11 +282,12 @@ def print_summary(r: dict[str, Any]) -> None:
         return
     print()
     print("| files | catch-up s | files/s | CPU-s | peak RSS MB | idle % of a core | wake-ups/s | open | "
-          "append p50 / max ms | late s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "one busy file: CPU-s, % of a core | append p50 / max ms | late s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    busy = (f"{r['steady_cpu_s']:.2f}, {r['steady_cpu_percent']:.2f}" if "steady_cpu_s" in r else "-")
     print(f"| {r['files']:,} | {r['catchup_s']:.2f} | {r['catchup_files_s']:,.0f} | {r['catchup_cpu_s']:.2f} | "
           f"{r['peak_rss_mb']:.1f} | {r['idle_cpu_percent']:.2f} | {r['idle_wakeups_s']:.1f} | {r['open_log_fds']} | "
-          f"{r.get('append_p50_ms', float('nan')):.0f} / {r.get('append_max_ms', float('nan')):.0f} | "
+          f"{busy} | {r.get('append_p50_ms', float('nan')):.0f} / {r.get('append_max_ms', float('nan')):.0f} | "
           f"{r.get('late_s', float('nan')):.2f} |")
     verdict = "yes" if r["idle_cpu_percent"] < TARGET_IDLE_PERCENT else "NO"
     print(f"\nidle under {TARGET_IDLE_PERCENT}% of a core with {r['files']:,} files tracked (issue 14's idle target, "
@@ -260,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-open", type=int, default=1024, help="shipper's max_open_files")
     ap.add_argument("--idle", type=float, default=30.0, help="seconds of the idle measurement")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds after the catch-up before it")
+    ap.add_argument("--steady", type=float, default=10.0, help="seconds of one busy file among the idle ones (0: skip)")
+    ap.add_argument("--steady-rate", type=float, default=1000.0, help="its lines/s, one write per line")
     ap.add_argument("--appends", type=int, default=20)
     ap.add_argument("--late", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)

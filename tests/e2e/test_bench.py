@@ -43,12 +43,13 @@ def test_discovery_py_ships_many_files_once_and_measures_them_idle(tmp_path: Pat
     out = tmp_path / "discovery.json"
     # more files than max_open_files, so that appends reach parked files too
     p = _bench("discovery.py", "--files", "120", "--max-open", "40", "--idle", "1", "--settle", "0.5",
-               "--appends", "4", "--late", "6", "--json", str(out))
+               "--steady", "1", "--steady-rate", "200", "--appends", "4", "--late", "6", "--json", str(out))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     r = json.loads(out.read_text())
-    assert r["ok"] and r["expected"] == 120 + 4 + 6 and r["lost"] == 0 and r["duplicates"] == 0, r
-    assert r["sink"]["verify"]["distinct_seqs"] == 130 and r["exit_code"] == 0, r
+    assert r["ok"] and r["expected"] == 120 + 200 + 4 + 6 and r["lost"] == 0 and r["duplicates"] == 0, r
+    assert r["sink"]["verify"]["distinct_seqs"] == 330 and r["exit_code"] == 0, r
     assert 0 < r["open_log_fds"] <= 40 and len(r["append_ms"]) == 4 and r["late_s"] > 0, r
+    assert r["steady_lines"] == 200 and r["steady_s"] >= 1 and r["steady_cpu_s"] > 0, r
     assert r["idle_cpu_percent"] >= 0 and r["peak_rss_mb"] > 0, r
     assert "| files | catch-up s |" in p.stdout
 
