@@ -67,6 +67,7 @@ class FileReader:
         self._rescan_soon = rescan_soon
         self._copy_failures: dict[str, int] = {}
         self.read_total = 0
+        self.unannounced: list[OpenFile] = []   # quiet files a full read round found lines in
 
     def holder(self, idx: int) -> Holder | None:
         inp = self.cfg.inputs[idx]
@@ -136,8 +137,10 @@ class FileReader:
                     draft.started = now_mono
             nlines = len(lines) + (built.lines if built is not None else 0)
             if f.quiet and nlines:
-                # lines no inotify event announced: this file is read every round from now on
-                f.quiet, f.unreported = False, True
+                # lines while no event named the file: the caller asks inotify whether one comes
+                # for them (`unannounced`); if not, this file is read every round from now on
+                f.quiet = False
+                self.unannounced.append(f)
             if not nlines and h.splitter.offset == f.checkpoint.offset:
                 continue
             if nlines:

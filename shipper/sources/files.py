@@ -24,7 +24,7 @@ from shipper.sources.file_opening import FileOpener
 from shipper.sources.file_reading import FileReader
 from shipper.tail import discovery, identity, look
 from shipper.tail.catalog import Catalog
-from shipper.tail.files import Candidate, FileSet, Key
+from shipper.tail.files import Candidate, FileSet, Key, OpenFile
 from shipper.tail.recovery import Recovery
 
 log = logging.getLogger("shipper.tail")
@@ -62,6 +62,7 @@ class FileSource:
         self._watcher: discovery.Watcher | None = None
         self._link_roots: dict[str, str] = {}    # the last rescan's symlinks (Catalog.note_links)
         self._named: set[str] = set()            # paths inotify named, for the parked files' recheck
+        self._unannounced: dict[int, OpenFile] = {}   # id -> quiet file a full round found lines in, unnamed so far
         self._next_full = 0.0                    # monotonic: the next full look at every open file
         self._full_read = True                   # a full read round is due (after a rescan, on schedule)
         self._full_check = True                  # a full check is due
@@ -117,9 +118,15 @@ class FileSource:
 
     def read_round(self, room: Room, now_wall: float, now_mono: float) -> Progress:
         full = self._full_look(now_mono)
+        if self._unannounced:
+            self._judge_unannounced()
         p = self.reader.read_round(room, now_wall, now_mono, full)
         if full and not p.backlog:
             self._full_read = False      # every open file was read (a round cut short goes on in the next)
+        if self.reader.unannounced:
+            for f in self.reader.unannounced:
+                self._unannounced[id(f)] = f       # judged at the next round
+            self.reader.unannounced.clear()
         return p
 
     def flush_due(self, now_mono: float) -> None:
@@ -137,38 +144,54 @@ class FileSource:
         w = self._watcher
         return w is not None and self._watching and w.names_writes and w.incomplete is None
 
-    def _take_named(self) -> None:
-        """The paths inotify named since the last call: an open file at one is not quiet any more;
-        the paths are kept for the parked files' recheck at the next tick."""
+    def _take_named(self) -> list[OpenFile]:
+        """The paths inotify named since the last call: an open file at one is not quiet any more
+        (returned); the paths are kept for the parked files' recheck at the next tick."""
         w = self._watcher
         if w is None:
-            return
+            return []
         paths = w.take_modified()
         if not paths:
-            return
+            return []
         open_at = self.files.open_at
+        named = []
         for path in paths:
             f = open_at(path)
             if f is not None:
                 f.quiet = False
+                named.append(f)
+                self._unannounced.pop(id(f), None)
         if len(self._named) + len(paths) > discovery.MAX_PENDING_PATHS:
             self._named.clear()
             self._rescan_soon = True       # too many to recheck one by one: the rescan looks at all
         else:
             self._named.update(paths)
+        return named
 
+    def _judge_unannounced(self) -> None:
+        """Quiet files an earlier full read round found lines in: inotify queues an event in the
+        write itself, so by now (a round later: a write still under way then has returned) every
+        write read then has been named once the queue is read. A file not named was written where
+        no watch sees it (a hard link elsewhere, another mount): it is read every round from now on."""
+        w = self._watcher
+        if w is not None:
+            w.poll()
+            self._take_named()            # drops the files named from _unannounced
+        for f in self._unannounced.values():
+            f.unreported, f.quiet = True, False
+        self._unannounced.clear()
     def _full_look(self, now: float) -> bool:
         """Whether this read round reads every open file (else only those not quiet)."""
         if not self._targeted():
             return True
-        self._take_named()
         if now >= self._next_full:
             self._next_full = now + FULL_LOOK_S
+            self._full_read = self._full_check = True
+        if self._full_read:
             w = self._watcher
             assert w is not None
-            w.poll()                 # events already queued are no news to the full look
-            self._take_named()
-            self._full_read = self._full_check = True
+            w.poll()                 # writes already named are no news to the full look
+        self._take_named()
         return self._full_read
 
     def next_deadline(self) -> float | None:

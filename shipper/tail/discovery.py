@@ -255,15 +255,16 @@ class Watcher:
                         self._dirs[swd] = (p, True)
         return True
 
-    def _on_readable(self) -> None:
+    def _on_readable(self) -> int:
+        """Read one buffer of events; how many bytes it held (0: none queued)."""
         try:
-            data = os.read(self._fd, 64 * 1024)
+            data = os.read(self._fd, _READ_BYTES)
         except BlockingIOError:
-            return
+            return 0
         except OSError:
             self.scan_wanted = True
             self._wake.set()
-            return
+            return 0
         modified = []
         new_dirs = []
         pos = 0
@@ -299,6 +300,7 @@ class Watcher:
         for d in new_dirs:
             self._add(d, True)
         self._wake.set()
+        return n
 
     def take_modified(self) -> set[str]:
         """The paths modified since the last call (and forget them); a symlink target's path
@@ -309,9 +311,13 @@ class Watcher:
         return _translate(out, link_of)
 
     def poll(self) -> None:
-        """Take what inotify queued, now (on the loop's thread): before a look that relies on it."""
-        if self._fd >= 0:
-            self._on_readable()
+        """Take everything inotify queued, now (on the loop's thread): before a look that relies on
+        it. An event is queued by the write itself, so after `poll` every write that ended before
+        it has been named (or `scan_wanted` says some were dropped)."""
+        for _ in range(64):
+            if self._fd < 0 or self._on_readable() < _READ_BYTES - _EVENT_HEAD - 256:
+                return
+        self.scan_wanted = True      # a flood: the rescan looks at everything anyway
 
     def pause(self) -> None:
         """Stop reading inotify for a while (on the loop's thread): events wait in the kernel, where
@@ -396,6 +402,7 @@ _NAMED = _IN_MODIFY | _IN_ATTRIB | _IN_MOVED_FROM | _IN_DELETE     # events that
 _WATCH_MASK = _NAMED | _IN_MOVED_TO | _IN_CREATE | _IN_ONLYDIR
 _EVENT = struct.Struct("iIII")       # wd, mask, cookie, len (then len bytes of NUL-padded name)
 _EVENT_HEAD = _EVENT.size
+_READ_BYTES = 64 * 1024
 _libc: Any = None
 
 
