@@ -58,6 +58,20 @@ class RateTracker:
         while len(self._samples) > 2 and self._samples[1][1] <= now - self.window_s:
             self._samples.popleft()
 
+    def observe_same(self, now: float) -> None:
+        """`observe(now, totals)` with the newest sample's totals, in O(1): no total moved, so every
+        key's run goes on and the sample shares the newest one's (never changed) dict."""
+        if not self._samples:
+            raise ValueError("observe_same needs an earlier sample")
+        n = self._n = self._n + 1
+        self._samples.append((n, now, self._samples[-1][2]))
+        while len(self._samples) > 2 and self._samples[1][1] <= now - self.window_s:
+            self._samples.popleft()
+
+    def newest(self) -> dict[str, float] | None:
+        """The newest sample's totals (not to be changed), None before the first."""
+        return self._samples[-1][2] if self._samples else None
+
     def rate(self, key: str) -> float | None:
         """Per second over the window; None with fewer than two samples holding the key."""
         if len(self._samples) < 2:
@@ -115,6 +129,11 @@ class Monitor:
         self.started = time.time()
         self._next_progress = 0.0
         self._backlog = False
+        # the last tick's rows (`p.files`, the same tuple while the pipeline keeps them) and the files
+        # made of them, kept while every rate in them is 0: an idle daemon's tick then makes no row
+        self._rows: tuple[Any, ...] | None = None
+        self._files: list[dict[str, Any]] | None = None
+        self._sums: tuple[list[dict[str, Any]], int, float] | None = None     # (files, lag, bytes/s)
 
     # ---------------------------------------------------------------- sampling
 
@@ -132,19 +151,29 @@ class Monitor:
 
     def sample(self, p: PipelineStatus, now: float, extra_files: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
         """Record totals for the rates and refresh the gauges; returns the files with their rates."""
-        raw = [f.to_dict() for f in p.files] + list(extra_files)
-        totals: dict[str, float] = {"in": self.m.get("shipper_events_read_total"),
-                                    "out": self.m.get("shipper_events_shipped_total")}
-        for f in raw:
-            totals["f:" + str(f.get("incarnation"))] = f["offset"]
-        self.rates.observe(now, totals)
-        files = self.files(None, raw)
         m = self.m
-        m.clear_gauge("shipper_file_lag_bytes")
-        for f in files:
-            if isinstance(f.get("lag_bytes"), int) and f.get("inode") is not None:
-                m.set("shipper_file_lag_bytes", f["lag_bytes"], path=f["path"])
-        m.set("shipper_files_open", sum(1 for f in files if f.get("inode") is not None))
+        extra = list(extra_files)
+        read, shipped = m.get("shipper_events_read_total"), m.get("shipper_events_shipped_total")
+        last = self.rates.newest()
+        if (not extra and p.files is self._rows and self._files is not None and last is not None
+                and last["in"] == read and last["out"] == shipped):
+            # the same rows as the last tick, whose rates were all 0: nothing moved, so they stay 0
+            self.rates.observe_same(now)
+            files = self._files
+        else:
+            raw = [f.to_dict() for f in p.files] + extra
+            totals: dict[str, float] = {"in": read, "out": shipped}
+            for f in raw:
+                totals["f:" + str(f.get("incarnation"))] = f["offset"]
+            self.rates.observe(now, totals)
+            files = self.files(None, raw)
+            m.clear_gauge("shipper_file_lag_bytes")
+            for f in files:
+                if isinstance(f.get("lag_bytes"), int) and f.get("inode") is not None:
+                    m.set("shipper_file_lag_bytes", f["lag_bytes"], path=f["path"])
+            m.set("shipper_files_open", sum(1 for f in files if f.get("inode") is not None))
+            settled = not extra and all(f["rate_bytes_per_s"] == 0.0 for f in files)
+            self._rows, self._files = (p.files, files) if settled else (None, None)
         m.set("shipper_bytes_at_risk", p.bytes_at_risk)
         m.set("shipper_queue_events", p.queue_events)
         m.set("shipper_queue_bytes", p.queue_bytes)
@@ -158,11 +187,21 @@ class Monitor:
         m.set("shipper_backlog_eta_seconds", round(eta, 1) if eta is not None else -1)
         return files
 
+    def _file_sums(self, files: list[dict[str, Any]]) -> tuple[int, float]:
+        """(lag bytes, shipped bytes/s) of these files; kept for the last list (a tick asks thrice)."""
+        s = self._sums
+        if s is not None and s[0] is files:
+            return s[1], s[2]
+        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
+        rate = sum(f["rate_bytes_per_s"] or 0.0 for f in files)
+        self._sums = (files, lag, rate)
+        return lag, rate
+
     def _total_eta(self, files: list[dict[str, Any]], queue_events: int = 0) -> float | None:
         """The larger of two estimates: file lag over the shipped-offset rate (offsets advance in
         steps, when every record of a commit is acked) and the queue over the events-out rate."""
-        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
-        by_bytes = eta_s(lag, sum(f["rate_bytes_per_s"] or 0.0 for f in files))
+        lag, rate = self._file_sums(files)
+        by_bytes = eta_s(lag, rate)
         by_events = eta_s(queue_events, self.rates.rate("out")) if queue_events else None
         known = [e for e in (by_bytes, by_events) if e is not None]
         if lag <= 0 and not queue_events:
@@ -193,7 +232,7 @@ class Monitor:
         what `sample` returned for this `p` (and `extra_files`) in the same tick, not made again."""
         if files is None:
             files = self.files(p, extra_files)
-        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
+        lag, rate = self._file_sums(files)
         down = self.down_for_s(p, now)
         wall_down = self.events.output_down_since_wall if down is not None else None
         return {
@@ -209,7 +248,7 @@ class Monitor:
                        "hosts": list(p.hosts) if p else []},
             "rates": {"events_in_per_s": _round(self.rates.rate("in")),
                       "events_out_per_s": _round(self.rates.rate("out")),
-                      "bytes_out_per_s": _round(sum(f["rate_bytes_per_s"] or 0.0 for f in files))},
+                      "bytes_out_per_s": _round(rate)},
             "lag_bytes": lag, "eta_s": _round(self._total_eta(files, p.queue_events if p else 0)),
             "read_total": int(self.m.get("shipper_events_read_total")),
             "shipped_total": int(self.m.get("shipper_events_shipped_total")),
@@ -219,7 +258,7 @@ class Monitor:
     def progress(self, p: PipelineStatus, now: float, files: list[dict[str, Any]], always: bool = False) -> None:
         """Log "catching up" (rate, lag, ETA) every PROGRESS_EVERY_S while a backlog lasts, and
         "caught up" once when it is gone. With `always` (pipe), log while there is anything to do."""
-        lag = sum(f["lag_bytes"] for f in files if isinstance(f.get("lag_bytes"), int))
+        lag, rate = self._file_sums(files)
         backlog = is_backlog(lag, p.queue_bytes) or (always and (p.queue_events > 0 or lag > 0 or not files))
         if backlog and now >= self._next_progress:
             self._next_progress = now + PROGRESS_EVERY_S
@@ -228,7 +267,7 @@ class Monitor:
             log.info("catching up", extra={
                 "lag_bytes": lag, "queue_events": p.queue_events, "queue_bytes": p.queue_bytes,
                 "events_in_per_s": _round(self.rates.rate("in")), "events_out_per_s": _round(self.rates.rate("out")),
-                "bytes_out_per_s": _round(sum(f["rate_bytes_per_s"] or 0.0 for f in files)),
+                "bytes_out_per_s": _round(rate),
                 "eta_s": _round(eta), "output_up": bool(p.output_up)})
         elif not backlog and self._backlog:
             self._backlog = False

@@ -53,10 +53,18 @@ _DRIFTING = ("updated", "rates", "eta_s")
 _DRIFTING_FILE = ("rate_bytes_per_s", "eta_s")
 
 
-def material(doc: dict[str, Any]) -> dict[str, Any]:
-    """The status without what only drifts: when this changes, status.json is rewritten at once."""
+def material(doc: dict[str, Any], memo: list[Any] | None = None) -> dict[str, Any]:
+    """The status without what only drifts: when this changes, status.json is rewritten at once.
+    `memo` (a list the caller keeps) holds the last files list and its part: the status tick of an
+    idle daemon passes the same list again (`Monitor.sample`), and its part is not made again."""
     out = {k: v for k, v in doc.items() if k not in _DRIFTING}
-    out["files"] = [{k: v for k, v in f.items() if k not in _DRIFTING_FILE} for f in doc.get("files", ())]
+    files = doc.get("files", ())
+    if memo and memo[0] is files:
+        out["files"] = memo[1]
+    else:
+        out["files"] = [{k: v for k, v in f.items() if k not in _DRIFTING_FILE} for f in files]
+        if memo is not None:
+            memo[:] = [files, out["files"]]
     for key, drifting in (("state_dir", "free_bytes"), ("output", "down_for_s")):
         part = doc.get(key)
         if isinstance(part, dict):
@@ -241,6 +249,7 @@ class Service:
         next_status = 0.0
         last_doc: dict[str, Any] | None = None
         last_written = float("-inf")
+        memo: list[Any] = []
         while not self.stop_event.is_set():
             p = self.pipeline
             if p is not None and p.failed is not None:
@@ -252,7 +261,7 @@ class Service:
                 # (taken on the loop: the pipeline is not thread-safe)
                 snap, files = self._refresh_gauges()
                 doc = self.status_doc(snap, files)
-                same = material(doc)
+                same = material(doc, memo)
                 if same != last_doc or now - last_written >= STATUS_SAME_EVERY_S - IDLE_EARLY_S:
                     await asyncio.to_thread(self._write_status_safe, doc)
                     last_doc, last_written = same, now

@@ -30,6 +30,7 @@ class Outbox:
         self.cached_bytes = 0
         self.in_flight = 0
         self.shipped_total = 0
+        self.changes = 0            # bumped whenever `pending` changes (what shipped_offsets() says)
         self.ready = asyncio.Event()
         self.idle_sender = asyncio.Lock()     # one idle sender waits for a batch, the others queue behind it
         self.space = asyncio.Event()
@@ -58,6 +59,7 @@ class Outbox:
     def _queue(self, meta: BatchMeta, body: bytes | None) -> None:
         self._waiting.append((meta, body))
         self.pending[meta.seq] = meta
+        self.changes += 1
         self.queue_events += meta.events
         self.queue_bytes += meta.stored_bytes
         if body is not None:
@@ -88,6 +90,7 @@ class Outbox:
 
     def _forget(self, meta: BatchMeta) -> None:
         if self.pending.pop(meta.seq, None) is not None:
+            self.changes += 1
             self.queue_events -= meta.events
             self.queue_bytes -= meta.stored_bytes
 

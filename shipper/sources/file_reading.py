@@ -67,6 +67,7 @@ class FileReader:
         self._rescan_soon = rescan_soon
         self._copy_failures: dict[str, int] = {}
         self.read_total = 0
+        self.moves = 0                          # bumped at every checkpoint move (a status row changes)
         self.unannounced: list[OpenFile] = []   # quiet files a full read round found lines in
 
     def holder(self, idx: int) -> Holder | None:
@@ -208,6 +209,7 @@ class FileReader:
             self.events.lines_read(cp.path, nread, 0)
         new_off = f.committed_offset()
         if new_off != cp.offset or cp.incarnation not in draft.checkpoints or grouped:
+            self.moves += 1
             draft.cover(cp.incarnation, cp.offset, new_off)
             cp.offset = new_off
             if not grouped:
@@ -248,6 +250,7 @@ class FileReader:
     # ---------------------------------------------------------------- what happened to open files
 
     def stage(self, cp: Checkpoint) -> None:
+        self.moves += 1
         self.writer.stage(cp)
         self.catalog.index(cp)
 

@@ -247,6 +247,21 @@ class FileSource:
                                   "copy" if f.role == "copy" else h.state))
         return out
 
+    def steady_key(self) -> tuple[int, int] | None:
+        """While every open file is quiet (inotify names any write): what moves whenever one of
+        `status`'s rows may change (opens and closes, checkpoint moves), so the status tick may
+        keep the last rows while it stays the same; None when rows must be made afresh."""
+        if not self._targeted():
+            return None
+        w = self._watcher
+        assert w is not None
+        w.poll()
+        self._take_named()
+        for f in self.files.open.values():
+            if not f.quiet:
+                return None
+        return self.files.changes, self.reader.moves
+
     def bytes_at_risk(self) -> int:
         """Unread bytes that no path names any more: files renamed or deleted while open, and the
         rotated copies being read for a truncated incarnation."""

@@ -97,6 +97,7 @@ class FileSet:
         self.parked: dict[Key, Parked] = {}
         self._parked_paths: dict[str, Key] = {}
         self._open_paths: dict[str, Key] = {}          # the path each open file was opened at
+        self.changes = 0                               # bumped at every open and close
 
     def add(self, key: Key, f: OpenFile) -> None:
         """A file opened: every open goes through here, so `open_at` knows its path."""
@@ -105,6 +106,7 @@ class FileSet:
             self._unindex(key, old)
         self.open[key] = f
         self._open_paths[os.path.normpath(f.harvester.path)] = key
+        self.changes += 1
 
     def open_at(self, path: str) -> OpenFile | None:
         """The open file opened at `path` (the name inotify reports a write by), if any."""
@@ -176,6 +178,7 @@ class FileSet:
         f = self.open.pop(key, None)
         if f is not None:
             self._unindex(key, f)
+            self.changes += 1
             f.harvester.close()
 
     def close_all(self) -> None:
@@ -183,6 +186,7 @@ class FileSet:
             f.harvester.close()
         self.open.clear()
         self._open_paths.clear()
+        self.changes += 1
 
 
 def disk_stat(fd: int) -> tuple[int, int]:

@@ -13,9 +13,11 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from shipper.config import MultilineConfig
 from shipper.sources.files import FULL_LOOK_S
 from shipper.tail import discovery
 from shipper.tail.harvester import Harvester
@@ -45,8 +47,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 async def watched(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
     rigs: list[Rig] = []
 
-    def make(pattern: str = "logs/*.log") -> Rig:
-        rig = Rig(tmp_path, [str(tmp_path / pattern)])
+    def make(pattern: str = "logs/*.log", **kw: Any) -> Rig:
+        rig = Rig(tmp_path, [str(tmp_path / pattern)], **kw)
         rigs.append(rig)
         return rig
 
@@ -218,3 +220,109 @@ async def test_a_directory_inotify_refuses_makes_every_round_read_every_file(
     rig.p.read_round()
     await rig.step(scan=False)
     assert rig.count("m1") == 1
+
+
+async def test_status_rows_are_kept_while_all_is_quiet_and_follow_every_move(
+        watched: Callable[..., Rig], tmp_path: Path) -> None:
+    """The status tick of an idle daemon keeps the last rows (the same tuple); a write, an ack,
+    a new file or a deletion makes them afresh."""
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(_line(0))
+    (logs / "b.log").write_bytes(_line(0))
+    rig = watched()
+    await _start(rig)
+    p = rig.p
+
+    def rows() -> tuple[Any, ...]:
+        return p.pipeline.snapshot().files
+
+    def row(name: str) -> Any:
+        return {os.path.basename(r.path): r for r in rows()}[name]
+
+    first = rows()
+    assert rows() is first, "nothing moved: the rows are kept"
+    size0 = row("a.log").size
+
+    # a write: read and queued, not yet acknowledged
+    with open(logs / "a.log", "ab") as f:
+        f.write(_line(1))
+    await _round_until(rig, lambda: row("a.log").queued_offset == size0 + len(_line(1)), "the write to be read")
+    await p.check_sources()
+    await p.commit()
+    a = row("a.log")
+    assert a.offset == size0 and a.queued_offset == size0 + len(_line(1)) and a.size == a.queued_offset
+    quiet = rows()
+    assert rows() is quiet
+    # a second write read into the same draft (no commit between): only the checkpoint moved
+    with open(logs / "b.log", "ab") as f:
+        f.write(_line(3))
+    await _round_until(rig, lambda: row("b.log").queued_offset > size0, "the first write to b to be read")
+    await p.check_sources()
+    rows()
+    with open(logs / "b.log", "ab") as f:
+        f.write(_line(4))
+    await _round_until(rig, lambda: row("b.log").queued_offset == size0 + len(_line(3)) + len(_line(4)),
+                       "the second write to b to be read")
+    await p.check_sources()
+    await p.commit()
+    b = row("b.log")
+    assert b.offset == size0 and b.queued_offset == size0 + len(_line(3)) + len(_line(4))
+    # the ack moves the acknowledged offset, with every file quiet
+    await rig.collect()
+    assert row("a.log").offset == size0 + len(_line(1)) and rig.count("m1") == 1
+    # a new file, then a deleted one
+    (logs / "c.log").write_bytes(_line(2))
+    await rig.step()
+    assert {os.path.basename(r.path) for r in rows()} == {"a.log", "b.log", "c.log"}
+    os.unlink(logs / "b.log")
+    rig.clock.advance(2.0)
+    for _ in range(200):
+        await rig.step(scan=False)
+        if "b.log" not in {os.path.basename(r.path) for r in rows()}:
+            break
+        await asyncio.sleep(0.01)
+    assert {os.path.basename(r.path) for r in rows()} == {"a.log", "c.log"}
+    await rig.collect()
+    assert rig.count("m3") == 1 and rig.count("m4") == 1 and not rig.dup_ids
+
+
+async def test_status_rows_follow_a_multiline_event_flushed_by_its_timeout(
+        watched: Callable[..., Rig], tmp_path: Path) -> None:
+    """A quiet file holding a multiline event: its timeout moves the checkpoint with no read."""
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(b"2026-12-04 first\n  continued\n")
+    rig = watched(input_multiline=MultilineConfig(start=r"^\d{4}-", timeout_s=1.0))
+    await rig.p.files.start(asyncio.Event())
+    p = rig.p
+    await p.rescan()
+    p.read_round()
+    await p.check_sources()                # quiet, the event held (its end is not known yet)
+    before = p.pipeline.snapshot().files
+    assert [r.queued_offset for r in before] == [0] and p.pipeline.snapshot().files is before
+    rig.clock.advance(1.5)
+    p.flush_multiline()
+    assert [r.queued_offset for r in p.pipeline.snapshot().files] == [len(b"2026-12-04 first\n  continued\n")]
+
+
+async def test_status_rows_drop_a_quiet_file_parked_after_close_inactive(
+        watched: Callable[..., Rig], tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(_line(0))
+    (logs / "b.log").write_bytes(_line(0))
+    rig = watched(input_close_inactive_s=30.0)
+    await _start(rig)
+    p = rig.p
+    names = lambda: {os.path.basename(r.path) for r in p.pipeline.snapshot().files}  # noqa: E731
+    assert names() == {"a.log", "b.log"}
+    rig.clock.advance(31.0)               # inactive long enough, and a full look is due
+    await rig.step(scan=False)
+    assert names() == set(), "files parked after close_inactive still shown as open"
+    with open(logs / "a.log", "ab") as f:
+        f.write(_line(1))
+    for _ in range(200):
+        await p.files.tick(rig.clock.monotonic())       # reopens a parked file inotify named
+        await rig.step(scan=False)
+        if names() == {"a.log"}:
+            break
+        await asyncio.sleep(0.01)
+    assert names() == {"a.log"} and rig.count("m1") == 1

@@ -23,6 +23,7 @@ from shipper.config import load_config_text
 from shipper.metrics import HELP, Metrics, TelemetryEvents, render_prometheus
 from shipper.model import FileStatus
 from shipper.monitor import BACKLOG_MIN_BYTES, MIN_RATE_SPAN_S, Monitor, RateTracker, eta_s
+from shipper.service import material
 from tests.support.daemon import metric_key, parse_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -236,13 +237,23 @@ def test_rate_tracker_equals_the_walk_back_through_the_window(samples: list[tupl
                                                               window_s: float) -> None:
     fast, ref = RateTracker(window_s=window_s), WalkingRateTracker(window_s)
     now = 100.0
+    last: dict[str, float] | None = None
     for step, totals in samples:
         now += step
         present = {k: float(v) for k, v in totals.items() if v is not None}
-        fast.observe(now, present)
+        if present == last:
+            fast.observe_same(now)      # the status tick's O(1) sample when nothing moved
+        else:
+            fast.observe(now, present)
         ref.observe(now, present)
+        last = present
         for key in ("a", "b", "c", "missing"):
             assert fast.rate(key) == ref.rate(key), (key, now)
+
+
+def test_observe_same_needs_an_earlier_sample() -> None:
+    with pytest.raises(ValueError):
+        RateTracker().observe_same(1.0)
 
 
 def test_eta() -> None:
@@ -427,3 +438,67 @@ def test_total_eta_falls_back_to_queue_over_events_out_rate(pipeline: Observed) 
     assert doc["eta_s"] == 10.0
     pipeline.queue_events = 0
     assert mon.status_doc(pipeline, 102.0, [dict(row, offset=5000, lag_bytes=0)])["eta_s"] == 0.0
+
+
+# one tick of a pipeline seen by the Monitor: seconds since the last tick, then per file (a, b)
+# how many bytes it shipped since (None: the file is gone), and the events read and shipped since
+_TICK = st.tuples(st.sampled_from([0.5, 2.0, 2.0, 2.0, 7.0, 31.0]),
+                  st.fixed_dictionaries({k: st.one_of(st.none(), st.sampled_from([0, 0, 0, 100])) for k in ("a", "b")}),
+                  st.sampled_from([0, 0, 5]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_TICK, max_size=40))
+def test_a_tick_that_keeps_the_last_rows_says_what_a_tick_making_them_afresh_says(
+        ticks: list[tuple[float, dict[str, int | None], int]]) -> None:
+    """The pipeline hands the same rows (the same tuple) while nothing moved; the Monitor then keeps
+    the last files and samples in O(1). Its documents, gauges and progress must be those of a
+    Monitor given fresh rows every tick."""
+    kept, fresh = Observed(), Observed()
+    mk, mf = _monitor(kept), _monitor(fresh)
+    offsets = {"a": 0, "b": 0}
+    rows: tuple[FileStatus, ...] = ()
+    now = 1000.0
+    memo_k: list[Any] = []
+    for step, shipped, events in ticks:
+        now += step
+        for k, v in shipped.items():
+            if v is None:
+                offsets.pop(k, None)
+            else:
+                offsets[k] = offsets.get(k, 0) + v
+        new_rows = tuple(FileStatus(f"/var/log/{k}.log", 10 + i, f"inc-{k}", off, off, 400, max(0, 400 - off),
+                                    "active") for i, (k, off) in enumerate(sorted(offsets.items())))
+        if new_rows != rows:
+            rows = new_rows                 # the pipeline makes new rows only when one changed
+        for ob in (kept, fresh):
+            ob.events.m.inc("shipper_events_read_total", events)
+            ob.events.m.inc("shipper_events_shipped_total", events)
+        pk = _Snap(rows)
+        pf = _Snap(tuple(FileStatus(**r.to_dict()) for r in rows))   # equal rows, a new tuple every tick
+        fk, ff = mk.sample(pk, now), mf.sample(pf, now)             # type: ignore[arg-type]
+        assert fk == ff, now
+        dk = mk.status_doc(pk, now, files=fk)                       # type: ignore[arg-type]
+        df = mf.status_doc(pf, now, files=ff)                       # type: ignore[arg-type]
+        dk.pop("updated"), df.pop("updated")
+        dk.pop("started"), df.pop("started")
+        assert dk == df, now
+        assert material(dk, memo_k) == material(df), now
+        gk, gf = ({k: v for k, v in ob.events.m.gauges.items() if k[0] != "shipper_start_time_seconds"}
+                  for ob in (kept, fresh))
+        assert gk == gf, now
+
+
+@dataclass
+class _Snap:
+    """A PipelineStatus's fields the Monitor reads, with the rows given."""
+
+    files: tuple[FileStatus, ...]
+    queue_events: int = 0
+    queue_bytes: int = 0
+    output_up: bool = True
+    last_error: str | None = None
+    bytes_at_risk: int = 0
+    dead_letters: int = 0
+    hosts: tuple[str, ...] = ("http://127.0.0.1:9200",)
+    journald: tuple[Any, ...] = ()
