@@ -270,7 +270,7 @@ class FileReader:
             h = f.harvester
             if f.quiet and not full and h.at_eof and h.state == "active":
                 continue
-            f.quiet = False
+            was_quiet, f.quiet = f.quiet, False
             if f.role == "copy":
                 if h.error is not None:
                     self._copy_failed(key, f)
@@ -278,6 +278,10 @@ class FileReader:
                     self.finish(key, f, "rotated copy read")
                 continue
             what = h.check(now)
+            if was_quiet and what != "same":
+                # grown, truncated, renamed or deleted while no event named it (a full check):
+                # judged as a read round's find is (`unannounced`)
+                self.unannounced.append(f)
             if what == "truncated":
                 await self.on_truncated(key, f)
                 continue

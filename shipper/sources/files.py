@@ -63,6 +63,8 @@ class FileSource:
         self._link_roots: dict[str, str] = {}    # the last rescan's symlinks (Catalog.note_links)
         self._named: set[str] = set()            # paths inotify named, for the parked files' recheck
         self._unannounced: dict[int, OpenFile] = {}   # id -> quiet file a full round found lines in, unnamed so far
+        self._drops = 0                          # the watcher's `dropped` when last looked at
+        self._dropped_at = float("-inf")         # monotonic: when it was seen to have grown
         self._next_full = 0.0                    # monotonic: the next full look at every open file
         self._full_read = True                   # a full read round is due (after a rescan, on schedule)
         self._full_check = True                  # a full check is due
@@ -119,7 +121,7 @@ class FileSource:
     def read_round(self, room: Room, now_wall: float, now_mono: float) -> Progress:
         full = self._full_look(now_mono)
         if self._unannounced:
-            self._judge_unannounced()
+            self._judge_unannounced(now_mono)
         p = self.reader.read_round(room, now_wall, now_mono, full)
         if full and not p.backlog:
             self._full_read = False      # every open file was read (a round cut short goes on in the next)
@@ -168,7 +170,7 @@ class FileSource:
             self._named.update(paths)
         return named
 
-    def _judge_unannounced(self) -> None:
+    def _judge_unannounced(self, now: float) -> None:
         """Quiet files an earlier full read round found lines in: inotify queues an event in the
         write itself, so by now (a round later: a write still under way then has returned) every
         write read then has been named once the queue is read. A file not named was written where
@@ -177,9 +179,14 @@ class FileSource:
         if w is not None:
             w.poll()
             self._take_named()            # drops the files named from _unannounced
-        for f in self._unannounced.values():
-            f.unreported, f.quiet = True, False
-        self._unannounced.clear()
+            if w.dropped != self._drops:
+                self._drops, self._dropped_at = w.dropped, now
+        found, self._unannounced = self._unannounced, {}
+        if now - self._dropped_at < 2 * FULL_LOOK_S:
+            return      # inotify lost events lately (overflow): their writes are no evidence
+        for f in found.values():
+            h = f.harvester
+            self.files.mark_unreported((h.dev, h.inode), f)
     def _full_look(self, now: float) -> bool:
         """Whether this read round reads every open file (else only those not quiet)."""
         if not self._targeted():

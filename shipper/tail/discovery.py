@@ -212,7 +212,10 @@ class Watcher:
         self._wake = wake
         self._lock = threading.Lock()        # watch() runs in a worker thread (with the rescan)
         self._watched: set[str] = set()     # "dir|recursive" keys asked for by watch()
-        self._dirs: dict[int, tuple[str, bool]] = {}   # watch descriptor -> (directory, recursive)
+        # watch descriptor -> (the paths the directory was watched by, recursive): one directory
+        # reached by two paths (a symlinked directory, two globs) is one watch, and each event is
+        # reported under every path, as the globs may have found its files by either
+        self._dirs: dict[int, tuple[tuple[str, ...], bool]] = {}
         self._modified: set[str] = set()
         self._link_of: dict[str, tuple[str, ...]] = {}   # symlink target -> matched paths
         self.scan_wanted = False
@@ -220,6 +223,8 @@ class Watcher:
         # why some directory could not be watched (inotify's limits, permissions), None while every
         # one is: then a write may go unnamed, and the reader reads every open file every round
         self.incomplete: str | None = None
+        self.dropped = 0     # times events were lost (queue overflow, too many pending paths, a failed read)
+        self._rewalk = False
         loop.add_reader(self._fd, self._on_readable)
 
     names_writes = True
@@ -237,10 +242,7 @@ class Watcher:
         except OSError as e:
             self._refused(d, e)
             return False       # gone meanwhile, or inotify limits reached: the rescan still finds everything
-        with self._lock:
-            old = self._dirs.get(wd)        # one directory under two globs: one watch, recursive if either is
-            deep = deep or (old is not None and old[1])
-            self._dirs[wd] = (d, deep)
+        self._note(wd, d, deep)
         if deep:
             # after the watch is in place: a directory created meanwhile is either seen here or reported
             for root, subdirs, _files in os.walk(d):
@@ -251,9 +253,16 @@ class Watcher:
                     except OSError as e:
                         self._refused(p, e)
                         continue
-                    with self._lock:
-                        self._dirs[swd] = (p, True)
+                    self._note(swd, p, True)
         return True
+
+    def _note(self, wd: int, d: str, deep: bool) -> None:
+        with self._lock:
+            old = self._dirs.get(wd)        # one directory by two paths: one watch, recursive if either is
+            if old is None:
+                self._dirs[wd] = ((d,), deep)
+            else:
+                self._dirs[wd] = (old[0] if d in old[0] else (*old[0], d), deep or old[1])
 
     def _on_readable(self) -> int:
         """Read one buffer of events; how many bytes it held (0: none queued)."""
@@ -263,10 +272,11 @@ class Watcher:
             return 0
         except OSError:
             self.scan_wanted = True
+            self.dropped += 1
             self._wake.set()
             return 0
-        modified = []
-        new_dirs = []
+        modified: list[str] = []
+        new_dirs: list[str] = []
         pos = 0
         n = len(data)
         with self._lock:
@@ -277,26 +287,37 @@ class Watcher:
                 pos += _EVENT_HEAD + length
                 if mask & _IN_Q_OVERFLOW:
                     self.scan_wanted = True
+                    self.dropped += 1
                     continue
                 where = dirs.get(wd)
                 if where is None:
                     continue
-                if mask & _IN_IGNORED:
-                    del dirs[wd]       # the directory is gone: watch() may watch its successor
-                    self._watched.discard(f"{where[0]}|{where[1]}")
+                paths, deep = where
+                if mask & (_IN_IGNORED | _IN_MOVE_SELF):
+                    # gone, or moved away (its events would name paths it is no longer at): watch()
+                    # watches whatever is at its paths after the rescan
+                    del dirs[wd]
+                    for d in paths:
+                        self._watched.discard(f"{d}|True")
+                        self._watched.discard(f"{d}|False")
+                    if mask & _IN_MOVE_SELF:
+                        _inotify_rm_watch(self._fd, wd)
+                        self.scan_wanted = self._rewalk = True
                     continue
                 if mask & (_IN_CREATE | _IN_MOVED_TO):
                     self.scan_wanted = True
-                    if mask & _IN_ISDIR and where[1]:
-                        new_dirs.append(os.path.join(where[0], os.fsdecode(name)))
+                    if mask & _IN_ISDIR and deep:
+                        new_dirs.extend(os.path.join(d, os.fsdecode(name)) for d in paths)
                 elif mask & _NAMED and not mask & _IN_ISDIR and name:
                     # written, or renamed away or deleted: an open file at that path is looked at
-                    modified.append(os.path.join(where[0], os.fsdecode(name)))
+                    fname = os.fsdecode(name)
+                    modified.extend(os.path.join(d, fname) for d in paths)
             if modified:
                 if len(self._modified) + len(modified) <= MAX_PENDING_PATHS:
                     self._modified.update(modified)
                 else:
                     self.scan_wanted = True
+                    self.dropped += 1
         for d in new_dirs:
             self._add(d, True)
         self._wake.set()
@@ -333,9 +354,10 @@ class Watcher:
 
     def drain(self) -> None:
         """While paused: read what inotify queued meanwhile, now, without watching again (a steady
-        writer's reads then cost no wake-up per write, nor an epoll registration per read round)."""
-        if self._fd >= 0 and self._paused:
-            self._on_readable()
+        writer's reads then cost no wake-up per write, nor an epoll registration per read round).
+        All of it: a quiet file's event must not wait behind a busy directory's."""
+        if self._paused:
+            self.poll()
 
     def watch(self, inputs: Sequence[InputConfig], links: Mapping[str, LinkTarget] | None = None) -> None:
         """Watch the existing base directories of every glob, and the directories of the targets
@@ -349,6 +371,12 @@ class Watcher:
             extra = link_watch_targets(links.values())
             with self._lock:
                 self._link_of = _links_by_target(links)
+        with self._lock:
+            if self._rewalk:
+                # a watched directory moved: wherever it went under the globs is walked again
+                # (a watch that exists is kept: inotify gives the same descriptor back)
+                self._rewalk = False
+                self._watched.clear()
         for d, deep in watch_targets(inputs) + extra:
             key = f"{d}|{deep}"
             with self._lock:
@@ -396,10 +424,10 @@ def _close_watch_fd(loop: asyncio.AbstractEventLoop, fd: int) -> None:
 
 # inotify(7), through libc: no thread of its own, the loop polls the fd
 _IN_MODIFY, _IN_ATTRIB, _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x2, 0x4, 0x40, 0x80, 0x100, 0x200
-_IN_Q_OVERFLOW, _IN_IGNORED, _IN_ONLYDIR, _IN_ISDIR = 0x4000, 0x8000, 0x01000000, 0x40000000
+_IN_MOVE_SELF, _IN_Q_OVERFLOW, _IN_IGNORED, _IN_ONLYDIR, _IN_ISDIR = 0x800, 0x4000, 0x8000, 0x01000000, 0x40000000
 _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 _NAMED = _IN_MODIFY | _IN_ATTRIB | _IN_MOVED_FROM | _IN_DELETE     # events that name a file to look at
-_WATCH_MASK = _NAMED | _IN_MOVED_TO | _IN_CREATE | _IN_ONLYDIR
+_WATCH_MASK = _NAMED | _IN_MOVED_TO | _IN_CREATE | _IN_MOVE_SELF | _IN_ONLYDIR
 _EVENT = struct.Struct("iIII")       # wd, mask, cookie, len (then len bytes of NUL-padded name)
 _EVENT_HEAD = _EVENT.size
 _READ_BYTES = 64 * 1024
@@ -416,12 +444,17 @@ def _inotify_init() -> int:
             raise OSError(errno.ENOSYS, "no inotify in libc")
         lib.inotify_init1.argtypes = [ctypes.c_int]
         lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        lib.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
         _libc = lib
     fd = _libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
     if fd < 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e))
     return int(fd)
+
+
+def _inotify_rm_watch(fd: int, wd: int) -> None:
+    _libc.inotify_rm_watch(fd, wd)     # EINVAL when the kernel removed it already: nothing to do
 
 
 def _inotify_add_watch(fd: int, path: str) -> int:
@@ -449,6 +482,7 @@ class WatchdogWatcher:
         self._link_of: dict[str, tuple[str, ...]] = {}
         self.scan_wanted = False
         self.incomplete: str | None = None
+        self.dropped = 0
 
     names_writes = False
     """watchdog's events are not relied on to name every write: every open file is read every round."""

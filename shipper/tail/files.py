@@ -18,6 +18,7 @@ from shipper.model import Checkpoint
 from shipper.tail.harvester import Harvester
 
 Key = tuple[int, int]                 # (dev, inode)
+MAX_UNREPORTED = 4096                 # unreported files remembered (a bound, not a target)
 Role = Literal["live", "copy"]        # live: the file itself (maybe renamed); copy: a rotated copy read to its end
 Why = Literal["glob", "renamed", "copy", "gz", "successor"]
 
@@ -98,6 +99,9 @@ class FileSet:
         self._parked_paths: dict[str, Key] = {}
         self._open_paths: dict[str, Key] = {}          # the path each open file was opened at
         self.changes = 0                               # bumped at every open and close
+        # files written where no inotify watch sees it (`OpenFile.unreported`), remembered across
+        # closes and reopens so that each reopening is read every round at once
+        self.unreported: set[Key] = set()
 
     def add(self, key: Key, f: OpenFile) -> None:
         """A file opened: every open goes through here, so `open_at` knows its path."""
@@ -107,6 +111,14 @@ class FileSet:
         self.open[key] = f
         self._open_paths[os.path.normpath(f.harvester.path)] = key
         self.changes += 1
+        if key in self.unreported:
+            f.unreported = True
+
+    def mark_unreported(self, key: Key, f: OpenFile) -> None:
+        f.unreported, f.quiet = True, False
+        if len(self.unreported) >= MAX_UNREPORTED:
+            self.unreported.clear()
+        self.unreported.add(key)
 
     def open_at(self, path: str) -> OpenFile | None:
         """The open file opened at `path` (the name inotify reports a write by), if any."""

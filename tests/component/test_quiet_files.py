@@ -326,3 +326,166 @@ async def test_status_rows_drop_a_quiet_file_parked_after_close_inactive(
             break
         await asyncio.sleep(0.01)
     assert names() == {"a.log"} and rig.count("m1") == 1
+
+
+async def _rounds(rig: Rig, n: int = 20, until: Callable[[], bool] | None = None) -> int:
+    """What the reader loop does between full looks: tick (no rescan due), read, check, ship.
+    Returns the rounds it took for `until` (all `n` without it)."""
+    for i in range(n):
+        await asyncio.sleep(0.01)            # inotify is read on the loop here
+        await rig.p.files.tick(rig.clock.monotonic())
+        rig.p.read_round()
+        await rig.p.check_sources()
+        await rig.p.commit()
+        await rig.collect()
+        if until is not None and until():
+            return i + 1
+    return n
+
+
+async def test_a_directory_reached_by_two_paths_names_writes_under_both(watched: Callable[..., Rig],
+                                                                        tmp_path: Path) -> None:
+    """logs/current -> 2024 in a ** tree: one directory, one watch; the file is opened at the path
+    glob found first, whichever path the watch was added by last."""
+    logs = tmp_path / "logs"
+    (logs / "2024").mkdir()
+    os.symlink("2024", logs / "current")
+    (logs / "2024" / "x.log").write_bytes(_line(0))
+    rig = watched("logs/**/*.log")
+    await _start(rig)
+    assert rig.count("m0") == 1
+    await _rounds(rig, 3)
+    with open(logs / "2024" / "x.log", "ab") as f:
+        f.write(_line(1))
+    await _rounds(rig, 100, until=lambda: rig.count("m1") == 1)
+    assert rig.count("m1") == 1 and not rig.dup_ids, "a write was left for the full look"
+
+
+async def test_a_base_directory_renamed_away_and_made_again_is_watched_again(
+        watched: Callable[..., Rig], tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(_line(0))
+    rig = watched()
+    await _start(rig)
+    os.rename(logs, tmp_path / "logs.old")
+    logs.mkdir()
+    (logs / "a.log").write_bytes(_line(1))
+    await _rounds(rig, 2)
+    await rig.step()                                # the rescan the move asked for
+    assert rig.count("m1") == 1
+    await _rounds(rig, 3)
+    with open(logs / "a.log", "ab") as f:
+        f.write(_line(2))
+    await _rounds(rig, 100, until=lambda: rig.count("m2") == 1)
+    assert rig.count("m2") == 1, "a write in the new directory was left for the full look"
+    assert rig.count("m0") == 1 and not rig.dup_ids
+
+
+async def test_a_held_read_takes_every_event_queued_meanwhile(watched: Callable[..., Rig], tmp_path: Path) -> None:
+    """Held (flush_min_interval), inotify queues events in the kernel; taking one buffer of them
+    (~2,000) would leave a quiet file's write behind a busy directory's."""
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(_line(0))
+    for i in range(3000):     # more events than one read takes (~2,000), fewer than MAX_PENDING_PATHS
+        (logs / f"o{i}.txt").write_bytes(b"")     # in the watched directory, not matched
+    rig = watched()
+    await _start(rig)
+    await _rounds(rig, 2)
+    rig.p.files.pause_watch()
+    try:
+        for i in range(3000):                      # distinct names: the kernel merges none
+            with open(logs / f"o{i}.txt", "ab") as f:
+                f.write(b"x")
+        with open(logs / "a.log", "ab") as f:
+            f.write(_line(1))
+        rig.p.files.drain_watch()                  # what the reader does when the held interval ends
+        rig.p.read_round()
+        await rig.p.commit()
+        await rig.collect()
+        assert rig.count("m1") == 1
+    finally:
+        rig.p.files.resume_watch()
+
+
+async def test_the_rescans_full_check_finds_an_unnamed_write_too(watched: Callable[..., Rig], tmp_path: Path) -> None:
+    """The reader loop as it runs (tick, read round, check) on 2 s idle polls, scan_interval at its
+    default (10 s, as the full look): the rescan's check sees an unnamed write first. That file
+    too is read every round from then on."""
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (logs / "a.log").write_bytes(_line(0))
+    os.link(logs / "a.log", elsewhere / "a.link")
+    rig = watched()
+    await rig.p.files.start(asyncio.Event())
+    written: dict[int, float] = {}
+    late: dict[int, float] = {}
+    for it in range(30):                 # 60 s of loop time
+        now = rig.clock.monotonic()
+        await rig.p.files.tick(now)
+        rig.p.read_round()
+        await rig.p.check_sources()
+        await rig.p.commit()
+        await rig.collect()
+        for k, t in written.items():
+            if k not in late and rig.count(f"m{k}"):
+                late[k] = now - t
+        if it >= 3:
+            with open(elsewhere / "a.link", "ab") as f:
+                f.write(_line(it))
+            written[it] = now
+        await asyncio.sleep(0.01)
+        rig.clock.advance(2.0)
+    f = next(iter(rig.p.sources.values()))
+    assert f.unreported
+    settled = [late[k] for k in sorted(late)][-10:]
+    assert len(late) >= 20 and max(settled) <= 2.0, late
+
+
+async def test_after_inotify_lost_events_a_write_found_by_the_full_look_is_no_evidence(
+        watched: Callable[..., Rig], tmp_path: Path) -> None:
+    """An overflowed queue drops the events of writes made through watched paths too: a file such
+    a write is found in by the next full look is not taken for one written behind inotify's back."""
+    logs = tmp_path / "logs"
+    (logs / "a.log").write_bytes(_line(0))
+    rig = watched()
+    await _start(rig)
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    rig.p.files.pause_watch()          # held: events wait in the kernel's queue, which overflows
+    fds = [os.open(logs / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for name in ("x.txt", "y.txt")]
+    try:
+        for i in range(limit + 100):   # alternating: the kernel merges no two in a row
+            os.write(fds[i % 2], b"x")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    with open(logs / "a.log", "ab") as f:
+        f.write(_line(1))
+    rig.p.files.resume_watch()
+    await rig.step()                   # the rescan the overflow asks for reads every file
+    await _rounds(rig, 3)
+    assert rig.count("m1") == 1
+    f = next(iter(rig.p.sources.values()))
+    assert not f.unreported and f.quiet, "a write whose event was dropped made the file unreported"
+
+
+async def test_a_file_written_behind_inotifys_back_is_read_every_round_after_a_reopen(
+        watched: Callable[..., Rig], tmp_path: Path, reads: list[str]) -> None:
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (logs / "a.log").write_bytes(_line(0))
+    os.link(logs / "a.log", elsewhere / "a.link")
+    rig = watched(input_close_inactive_s=60.0)
+    await _start(rig)
+    with open(elsewhere / "a.link", "ab") as f:
+        f.write(_line(1))
+    rig.clock.advance(FULL_LOOK_S)
+    await _rounds(rig, 3)
+    assert rig.count("m1") == 1 and next(iter(rig.p.sources.values())).unreported
+    rig.clock.advance(61.0)                # parked: closed after close_inactive
+    await _rounds(rig, 2)
+    assert not rig.p.sources
+    with open(logs / "a.log", "ab") as f:   # through the watched path: reopened
+        f.write(_line(2))
+    await _rounds(rig, 100, until=lambda: rig.count("m2") == 1)
+    reopened = next(iter(rig.p.sources.values()))
+    assert reopened.unreported, "the reopened file forgot it is written behind inotify's back"
