@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lines", type=int, default=1, help="lines per file written before the start")
     ap.add_argument("--max-open", type=int, default=1024, help="shipper's max_open_files")
     ap.add_argument("--idle", type=float, default=30.0, help="seconds of the idle measurement")
-    ap.add_argument("--settle", type=float, default=3.0, help="seconds after the catch-up before it")
+    ap.add_argument("--settle", type=float, default=35.0,
+                    help="seconds after the catch-up before the idle phase (past the 30 s rate window: idle means idle)")
     ap.add_argument("--steady", type=float, default=10.0, help="seconds of one busy file among the idle ones (0: skip)")
     ap.add_argument("--steady-rate", type=float, default=1000.0, help="its lines/s, one write per line")
     ap.add_argument("--appends", type=int, default=20)

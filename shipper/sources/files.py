@@ -301,9 +301,10 @@ class FileSource:
         return None
 
     def _scan_thread(self) -> list[tuple[str, int, os.stat_result]]:
-        entries = discovery.scan_stat(self.cfg.inputs)
+        link_paths: set[str] = set()
+        entries = discovery.scan_stat(self.cfg.inputs, link_paths)
         # symlinks: rotated copies lie beside their targets; their directories are watched
-        links = discovery.resolve_links(path for path, _i, _st in entries)
+        links = discovery.resolve_links(link_paths)
         self._link_roots = {identity.rotation_root(lt.target): lt.path for lt in links.values()}
         if self._watcher is not None:
             try:
@@ -332,6 +333,9 @@ class FileSource:
         # fingerprint) before any sibling is judged by content
         await self.reader.check(self.clock.monotonic())
         self._full_read = True       # and the next read round reads every open file
+        # a full look of its own: the next scheduled one counts from here (scan_interval at its
+        # default, 10 s, is FULL_LOOK_S: no look but the rescan's)
+        self._next_full = self.clock.monotonic() + FULL_LOOK_S
         for f in list(self.files.open.values()):
             if f.role == "live":
                 self.reader.grow_fingerprint(f)    # a young file's content claimed before a copy of it is judged

@@ -50,10 +50,12 @@ def is_excluded(path: str, excludes: Sequence[str]) -> bool:
     return False
 
 
-def scan_stat(inputs: Sequence[InputConfig]) -> list[tuple[str, int, os.stat_result]]:
+def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None) -> list[tuple[str, int, os.stat_result]]:
     """Every regular file matched now, with its stat: (path, index of the first input whose globs
     match it, stat). A symlink and its target, or two links to one file, are followed once: the
-    identity is (dev, inode), so no realpath walk is needed."""
+    identity is (dev, inode), so no realpath walk is needed. The matched paths that are symbolic
+    links are added to `links` (an lstat per path, a stat more only for a link: at 10,000 files
+    a separate `islink` walk cost as much as the stats)."""
     out: list[tuple[str, int, os.stat_result]] = []
     paths: set[str] = set()
     seen: set[tuple[int, int]] = set()
@@ -63,7 +65,10 @@ def scan_stat(inputs: Sequence[InputConfig]) -> list[tuple[str, int, os.stat_res
                 if path in paths or is_excluded(path, inp.exclude):
                     continue
                 try:
-                    st = os.stat(path)
+                    st = os.lstat(path)
+                    is_link = stat_mod.S_ISLNK(st.st_mode)
+                    if is_link:
+                        st = os.stat(path)
                 except OSError:
                     continue
                 if not stat_mod.S_ISREG(st.st_mode):
@@ -73,6 +78,8 @@ def scan_stat(inputs: Sequence[InputConfig]) -> list[tuple[str, int, os.stat_res
                     continue
                 seen.add(key)
                 paths.add(path)
+                if is_link and links is not None:
+                    links.add(path)
                 out.append((path, idx, st))
     return out
 
