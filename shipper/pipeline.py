@@ -302,13 +302,15 @@ class Pipeline:
 
     _rows_key: tuple[Any, ...] | None = None
     _rows: tuple[FileStatus, ...] = ()
+    _rows_risk = 0
 
-    def _file_rows(self, extra: Sequence[Source]) -> tuple[FileStatus, ...]:
+    def _file_rows(self, extra: Sequence[Source]) -> tuple[tuple[FileStatus, ...], int]:
         """Every source's status rows; the last ones again (the same tuple) while nothing they show
         can have moved: every source steady (`steady_key`, all its files quiet), the same
         opens, closes and checkpoint moves (a draft's ranges move only with them), no change in
         the queue, no draft being written. An
-        idle daemon with 1,000 files then makes no row per tick (issue 14)."""
+        idle daemon with 1,000 files then makes no row per tick (issue 14). With the rows: the
+        sources' bytes at risk (as steady, no file renamed, deleted or a copy: the same too)."""
         writing = self.writer.writing()
         key: tuple[Any, ...] | None = None
         if not extra and not writing:
@@ -316,14 +318,15 @@ class Pipeline:
             if all(k is not None for k in keys):
                 key = (*keys, self.outbox.changes)
                 if key == self._rows_key:
-                    return self._rows
+                    return self._rows, self._rows_risk
         shipped = self.outbox.shipped_offsets()
         rows = tuple(row for s in [*self.sources, *extra] for row in s.status(shipped, writing))
-        self._rows_key, self._rows = key, rows
-        return rows
+        risk = sum(s.bytes_at_risk() for s in self.sources)
+        self._rows_key, self._rows, self._rows_risk = key, rows, risk
+        return rows, risk
 
     def snapshot(self, extra: Sequence[Source] = ()) -> PipelineStatus:
-        files = self._file_rows(extra)
+        files, at_risk = self._file_rows(extra)
         # journald sources are the ones with a journal_status (journal_source.py is imported only for them)
         journals = [s for s in self.sources if hasattr(s, "journal_status")]
         journald: tuple[JournalStatus, ...] = ()
@@ -336,7 +339,7 @@ class Pipeline:
             files=files, queue_events=ob.queue_events, queue_bytes=ob.queue_bytes,
             dead_letters=self.spool.dead_letters, output_up=snd.up, last_error=snd.last_error,
             last_success=snd.last_success, hosts=tuple(h.label for h in snd.client.hosts),
-            bytes_at_risk=sum(s.bytes_at_risk() for s in self.sources),
+            bytes_at_risk=at_risk,
             read_total=sum(getattr(s, "read_total", 0) for s in self.sources), shipped_total=ob.shipped_total,
             paused=ob.paused, in_flight=ob.in_flight,
             drained=ob.queue_events == 0 and self.writer.draft.empty() and not self.writer.committing

@@ -68,7 +68,7 @@ class FileReader:
         self._copy_failures: dict[str, int] = {}
         self.read_total = 0
         self.moves = 0                          # bumped at every checkpoint move (a status row changes)
-        self.unannounced: list[OpenFile] = []   # quiet files a full read round found lines in
+        self.unannounced: list[OpenFile] = []   # quiet files a full check found changed (FileSource judges)
 
     def holder(self, idx: int) -> Holder | None:
         inp = self.cfg.inputs[idx]
@@ -138,10 +138,7 @@ class FileReader:
                     draft.started = now_mono
             nlines = len(lines) + (built.lines if built is not None else 0)
             if f.quiet and nlines:
-                # lines while no event named the file: the caller asks inotify whether one comes
-                # for them (`unannounced`); if not, this file is read every round from now on
-                f.quiet = False
-                self.unannounced.append(f)
+                f.quiet = False      # a full round (no inotify to trust): the next check decides
             if not nlines and h.splitter.offset == f.checkpoint.offset:
                 continue
             if nlines:

@@ -31,8 +31,8 @@ log = logging.getLogger("shipper.tail")
 
 RESCAN_MIN_GAP_S = 0.2        # inotify-triggered rescans (something was created or moved in) at most this often
 # A file read to its end and unchanged is quiet: read rounds and checks pass it by until inotify
-# names its path. Every FULL_LOOK_S (and after each rescan) every open file is read and checked
-# anyway, for writes no event names (a hard link written elsewhere: that file is then read every round).
+# names its path. Every FULL_LOOK_S (each rescan is one) every open file is checked anyway (fstat),
+# for writes no event names (a hard link written elsewhere: that file is then read every round).
 FULL_LOOK_S = 10.0
 
 
@@ -62,11 +62,10 @@ class FileSource:
         self._watcher: discovery.Watcher | None = None
         self._link_roots: dict[str, str] = {}    # the last rescan's symlinks (Catalog.note_links)
         self._named: set[str] = set()            # paths inotify named, for the parked files' recheck
-        self._unannounced: dict[int, OpenFile] = {}   # id -> quiet file a full round found lines in, unnamed so far
+        self._unannounced: dict[int, OpenFile] = {}   # id -> quiet file a full check found changed, unnamed so far
         self._drops = 0                          # the watcher's `dropped` when last looked at
         self._dropped_at = float("-inf")         # monotonic: when it was seen to have grown
         self._next_full = 0.0                    # monotonic: the next full look at every open file
-        self._full_read = True                   # a full read round is due (after a rescan, on schedule)
         self._full_check = True                  # a full check is due
         self._warned_incomplete = False
 
@@ -122,22 +121,22 @@ class FileSource:
         full = self._full_look(now_mono)
         if self._unannounced:
             self._judge_unannounced(now_mono)
-        p = self.reader.read_round(room, now_wall, now_mono, full)
-        if full and not p.backlog:
-            self._full_read = False      # every open file was read (a round cut short goes on in the next)
-        if self.reader.unannounced:
-            for f in self.reader.unannounced:
-                self._unannounced[id(f)] = f       # judged at the next round
-            self.reader.unannounced.clear()
-        return p
+        return self.reader.read_round(room, now_wall, now_mono, full)
 
     def flush_due(self, now_mono: float) -> None:
         self.reader.flush_due(now_mono)
 
     async def check(self, now_mono: float) -> None:
-        full = self._full_check or not self._targeted()
+        targeted = self._targeted()
+        full = self._full_check or not targeted
         self._full_check = False
+        if full and targeted:
+            w = self._watcher
+            assert w is not None
+            w.poll()                 # writes already named are no news to the full check
+            self._take_named()
         await self.reader.check(now_mono, full)
+        self._collect_unannounced(targeted)
 
     # ---------------------------------------------------------------- quiet files
 
@@ -170,11 +169,20 @@ class FileSource:
             self._named.update(paths)
         return named
 
+    def _collect_unannounced(self, targeted: bool) -> None:
+        """Quiet files a full check found changed: judged at the next read round."""
+        found = self.reader.unannounced
+        if found:
+            if targeted:
+                for f in found:
+                    self._unannounced[id(f)] = f
+            found.clear()
+
     def _judge_unannounced(self, now: float) -> None:
-        """Quiet files an earlier full read round found lines in: inotify queues an event in the
-        write itself, so by now (a round later: a write still under way then has returned) every
-        write read then has been named once the queue is read. A file not named was written where
-        no watch sees it (a hard link elsewhere, another mount): it is read every round from now on."""
+        """Quiet files an earlier full check found changed: inotify queues an event in the write
+        itself, so by now (a round later: a write still under way then has returned) every write
+        seen then has been named once the queue is read. A file not named was written where no
+        watch sees it (a hard link elsewhere, another mount): it is read every round from now on."""
         w = self._watcher
         if w is not None:
             w.poll()
@@ -187,19 +195,18 @@ class FileSource:
         for f in found.values():
             h = f.harvester
             self.files.mark_unreported((h.dev, h.inode), f)
+
     def _full_look(self, now: float) -> bool:
-        """Whether this read round reads every open file (else only those not quiet)."""
+        """Whether this read round reads every open file: only where inotify may not name a write.
+        Else quiet files are passed by, and every FULL_LOOK_S the check looks at every open file
+        (an fstat shows a write no event named; the file is then read like any other)."""
         if not self._targeted():
             return True
         if now >= self._next_full:
             self._next_full = now + FULL_LOOK_S
-            self._full_read = self._full_check = True
-        if self._full_read:
-            w = self._watcher
-            assert w is not None
-            w.poll()                 # writes already named are no news to the full look
+            self._full_check = True
         self._take_named()
-        return self._full_read
+        return False
 
     def next_deadline(self) -> float | None:
         return self.reader.next_deadline()
@@ -332,7 +339,7 @@ class FileSource:
         # open files first: a truncation noticed now gives the new content its incarnation (and
         # fingerprint) before any sibling is judged by content
         await self.reader.check(self.clock.monotonic())
-        self._full_read = True       # and the next read round reads every open file
+        self._collect_unannounced(self._targeted())
         # a full look of its own: the next scheduled one counts from here (scan_interval at its
         # default, 10 s, is FULL_LOOK_S: no look but the rescan's)
         self._next_full = self.clock.monotonic() + FULL_LOOK_S

@@ -124,34 +124,35 @@ async def test_the_full_look_finds_a_write_no_event_names_and_reads_that_file_ev
 
 
 async def test_a_write_landing_during_the_full_look_is_not_taken_for_an_unannounced_one(
-        watched: Callable[..., Rig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A writer racing the full look: its bytes are read before its event is taken. The event
-    comes (the write queued it), so the file goes quiet again instead of being read every round."""
+        watched: Callable[..., Rig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads: list[str]) -> None:
+    """A writer racing the full look: its bytes are seen by the check before its event is taken.
+    The event comes (the write queued it), so the file goes quiet again instead of being read
+    every round."""
     logs = tmp_path / "logs"
     (logs / "a.log").write_bytes(_line(0))
     (logs / "b.log").write_bytes(_line(0))
     rig = watched()
     await _start(rig)
-    seen: list[str] = []
-    orig = Harvester._chunk
+    orig = Harvester.check
     race = {"armed": True}
 
-    def racing(self: Harvester, max_bytes: int) -> bytes | memoryview | None:
+    def racing(self: Harvester, now: float) -> Any:
         if race["armed"] and self.path.endswith("a.log"):
             race["armed"] = False
-            with open(self.path, "ab") as f:     # lands after the full look's poll, before this read
+            with open(self.path, "ab") as f:     # lands after the full look's poll, before this look
                 f.write(_line(1))
-        seen.append(os.path.basename(self.path))
-        return orig(self, max_bytes)
+        return orig(self, now)
 
-    monkeypatch.setattr(Harvester, "_chunk", racing)
+    monkeypatch.setattr(Harvester, "check", racing)
     rig.clock.advance(FULL_LOOK_S)
     await rig.step(scan=False)
+    await rig.step(scan=False)
     assert not race["armed"] and rig.count("m1") == 1
-    seen.clear()
+    reads.clear()
     rig.p.read_round()
     rig.p.read_round()
-    assert seen == [], f"a file whose write was named must go quiet again, read: {seen}"
+    assert reads == [], f"a file whose write was named must go quiet again, read: {reads}"
+    assert not any(f.unreported for f in rig.p.sources.values())
 
 
 async def test_a_quiet_file_deleted_is_looked_at_at_once_and_closed(watched: Callable[..., Rig], tmp_path: Path,
