@@ -34,6 +34,8 @@ Bodies = list[tuple[bytes, int]]                 # (NDJSON body, events) per bat
 BodiesOrMaker = Bodies | Callable[[], Bodies]     # a maker runs on the spool thread (a large join releases the GIL)
 
 
+READ_ONLY_TRIES = 5          # a read-only view read again while rows vanish under it (see Spool.__init__)
+
 class Spool:
     """Synchronous spool. Not thread-safe: one caller thread only.
 
@@ -62,17 +64,14 @@ class Spool:
             if not headroom or not release_reserve(state_dir):
                 raise
             self.cache = open_cache(path, self.db_path)
-        self.pending: dict[int, BatchMeta] = {}
-        self.checkpoints: dict[str, Checkpoint] = {}
-        self.dead_letters = 0
-        self.next_seq = 1
-        self._version = 0                                   # the newest checkpoint version stored
-        self._carries: dict[int, dict[str, dict[str, Any]]] = {}   # seq -> checkpoints its row holds
-        self._carrier: dict[str, int] = {}                  # incarnation -> seq whose row holds its newest checkpoint
-        self._legacy: set[int] = set()                      # batches in the old two-row layout
         self._autocheckpoint: int | None = None
         try:
-            self._load()
+            # read-only beside a running daemon: the rows are read one by one (diskcache has no
+            # read snapshot), so an ack between the listing and the read of a row makes that row
+            # vanish, and with it the checkpoint it carried; such a view is read again
+            for _ in range(READ_ONLY_TRIES if read_only else 1):
+                if self._load():
+                    break
         except SpoolCorruptError:
             self.cache.close()
             raise
@@ -85,7 +84,19 @@ class Spool:
 
     # ---------------------------------------------------------------- opening
 
-    def _load(self) -> None:
+    def _load(self) -> bool:
+        """The queue and the checkpoints from the rows; False when a row listed was gone when
+        read (a writer beside us acked it): the view may then be older than any the writer had."""
+        self.pending: dict[int, BatchMeta] = {}
+        self.checkpoints: dict[str, Checkpoint] = {}
+        self.dead_letters = 0
+        self.quarantined = 0
+        self.next_seq = 1
+        self._version = 0                                   # the newest checkpoint version stored
+        self._carries: dict[int, dict[str, dict[str, Any]]] = {}   # seq -> checkpoints its row holds
+        self._carrier: dict[str, int] = {}                  # incarnation -> seq whose row holds its newest checkpoint
+        self._legacy: set[int] = set()                      # batches in the old two-row layout
+        whole = True
         cache = self.cache
         keys = list(cache.iterkeys())
         legacy: dict[int, dict[str, Any]] = {}
@@ -105,10 +116,14 @@ class Spool:
                 m = cache.get(key)
                 if m is not None:
                     legacy[int(key[len(rows.LEGACY_META):])] = m
+                else:
+                    whole = False
             elif key.startswith(rows.CHECKPOINT):
                 d = cache.get(key)
                 if d is not None:
                     offer(d, None)
+                else:
+                    whole = False
             elif key.startswith(rows.DEAD_LETTER):
                 self.dead_letters += 1
             elif key.startswith(rows.QUARANTINE):
@@ -123,6 +138,9 @@ class Spool:
                 continue
             self.next_seq = max(self.next_seq, key + 1)
             value = cache.get(key)
+            if value is None:
+                whole = False            # acked since the listing
+                continue
             if not rows.is_batch_row(value):
                 # a body of the old layout without its metadata row (cannot happen: they were
                 # written in one transaction), as the old code treated it: harmless, removed
@@ -147,6 +165,7 @@ class Spool:
         if not self.read_only:
             for key in orphans:
                 cache.delete(key)
+        return whole
 
     def close(self) -> None:
         self.cache.close()
