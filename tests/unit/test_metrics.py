@@ -474,8 +474,8 @@ def test_a_tick_that_keeps_the_last_rows_says_what_a_tick_making_them_afresh_say
         for ob in (kept, fresh):
             ob.events.m.inc("shipper_events_read_total", events)
             ob.events.m.inc("shipper_events_shipped_total", events)
-        pk = _Snap(rows)
-        pf = _Snap(tuple(FileStatus(**r.to_dict()) for r in rows))   # equal rows, a new tuple every tick
+        pk = _Snap(kept=rows)
+        pf = _Snap(kept=tuple(FileStatus(**r.to_dict()) for r in rows))   # equal rows, a new tuple every tick
         fk, ff = mk.sample(pk, now), mf.sample(pf, now)             # type: ignore[arg-type]
         assert fk == ff, now
         dk = mk.status_doc(pk, now, files=fk)                       # type: ignore[arg-type]
@@ -490,15 +490,11 @@ def test_a_tick_that_keeps_the_last_rows_says_what_a_tick_making_them_afresh_say
 
 
 @dataclass
-class _Snap:
-    """A PipelineStatus's fields the Monitor reads, with the rows given."""
+class _Snap(Observed):
+    """An Observed pipeline whose rows are the tuple given (the same object at every call)."""
 
-    files: tuple[FileStatus, ...]
-    queue_events: int = 0
-    queue_bytes: int = 0
-    output_up: bool = True
-    last_error: str | None = None
-    bytes_at_risk: int = 0
-    dead_letters: int = 0
-    hosts: tuple[str, ...] = ("http://127.0.0.1:9200",)
-    journald: tuple[Any, ...] = ()
+    kept: tuple[FileStatus, ...] = ()
+
+    @property
+    def files(self) -> tuple[FileStatus, ...]:
+        return self.kept
