@@ -277,7 +277,7 @@ class FileReader:
             what = h.check(now)
             if was_quiet and what != "same":
                 # grown, truncated, renamed or deleted while no event named it (a full check):
-                # judged as a read round's find is (`unannounced`)
+                # FileSource judges it at the next read round (`unannounced`)
                 self.unannounced.append(f)
             if what == "truncated":
                 await self.on_truncated(key, f)

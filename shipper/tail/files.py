@@ -43,8 +43,8 @@ class OpenFile:
     # read to its end with nothing new since: read rounds pass it by until inotify names its path
     # (a write, a rename, a deletion) or the periodic full look (`sources/files.py`)
     quiet: bool = False
-    # a full look found lines that no inotify event announced (a hard link written elsewhere, a
-    # writer in another mount): never quiet again, read every round as before
+    # a full check found a change that no inotify event announced (a hard link written elsewhere,
+    # a writer in another mount): never quiet again, read every round as before
     unreported: bool = False
 
     @property
