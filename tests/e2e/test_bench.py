@@ -54,6 +54,17 @@ def test_discovery_py_ships_many_files_once_and_measures_them_idle(tmp_path: Pat
     assert "| files | catch-up s |" in p.stdout
 
 
+def test_rotation_soak_ships_every_line_once_while_busy_and_quiet_files_rotate(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    p = _bench("rotation_soak.py", "--files", "40", "--busy", "8", "--seconds", "5", "--rate", "200",
+               "--rotate-every", "0.2", "--json", str(out))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert r["ok"] and r["lost"] == 0 and r["duplicates"] == 0 and r["exit_code"] == 0, r
+    assert r["lines"] > 40 * 3 and r["rotations"]["create"] > 0 and r["rotations"]["copytruncate"] > 0, r
+    assert r["rotations"]["of idle files"] > 0, r
+
+
 def test_compile_bytecode_says_when_it_could_not() -> None:
     # in a process of its own: importing bench/run.py puts bench/ on sys.path
     code = ("import sys; sys.path.insert(0, 'bench'); import run; "
