@@ -306,11 +306,11 @@ class Pipeline:
 
     def _file_rows(self, extra: Sequence[Source]) -> tuple[tuple[FileStatus, ...], int]:
         """Every source's status rows; the last ones again (the same tuple) while nothing they show
-        can have moved: every source steady (`steady_key`, all its files quiet), the same
-        opens, closes and checkpoint moves (a draft's ranges move only with them), no change in
-        the queue, no draft being written. An
-        idle daemon with 1,000 files then makes no row per tick (issue 14). With the rows: the
-        sources' bytes at risk (as steady, no file renamed, deleted or a copy: the same too)."""
+        can have moved: every source steady (`steady_key`, all its files quiet), the same opens,
+        closes and checkpoint moves (a draft's ranges move only with them), no change in the
+        queue, no draft being written. An idle daemon with 1,000 files then makes no row per tick
+        (issue 14). With the rows: the sources' bytes at risk (steady, no file is renamed,
+        deleted or a copy, so they are the same too)."""
         writing = self.writer.writing()
         key: tuple[Any, ...] | None = None
         if not extra and not writing:
