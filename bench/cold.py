@@ -33,7 +33,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 
 from gen import PinoGenerator  # noqa: E402
-from run import machine_info  # noqa: E402
+from run import machine_info, machine_line  # noqa: E402
 
 
 def bulk_body(n: int) -> bytes:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     gaps = [float(g) for g in args.gaps.split(",") if g.strip()]
     info = machine_info()
-    print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}")
+    print(machine_line(info))
     print(f"# median CPU-us of one call (time.thread_time), {args.calls} calls per cell "
           f"({calls_at(LONG_GAP_MS, args.calls)} after {LONG_GAP_MS} ms or more asleep)")
     with tempfile.TemporaryDirectory(prefix="cold-") as d:

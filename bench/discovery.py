@@ -49,6 +49,7 @@ from run import (  # noqa: E402
     _tail,
     compile_bytecode,
     machine_info,
+    machine_line,
     shipper_config,
     stop_system,
 )
@@ -317,8 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.sep in args.python:     # shipper runs in its own directory: a relative path would not resolve
         args.python = os.path.abspath(args.python)
     info = machine_info()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  nproc={info['nproc']}  cpu={info['cpu']}  "
-          f"loadavg={info['loadavg']}", flush=True)
+    print(machine_line(info), flush=True)
     print(f"# {compile_bytecode(args.python)}", flush=True)
     result = run(args)
     result["machine"] = info

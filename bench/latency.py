@@ -37,6 +37,7 @@ from run import (  # noqa: E402
     _tail,
     compile_bytecode,
     machine_info,
+    machine_line,
     print_folded,
     shipper_config,
     stop_system,
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise SystemExit(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)}, custom)")
     info = machine_info()
-    print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}")
+    print(machine_line(info))
     print("# " + "; ".join(f"{n}: {r:,.0f} lines/s every {i:g} ms for {d:g} s" for n, r, i, d in plan)
           + f"; line_bytes={args.line_bytes} gzip={args.gzip} sink_latency_ms={args.sink_latency_ms:g}",
           flush=True)

@@ -36,7 +36,7 @@ sys.path.insert(0, BENCH_DIR)
 sys.path.insert(0, os.path.dirname(BENCH_DIR))
 
 from discovery import Failed, cpu_s, file_names, line, make_files, wait_for  # noqa: E402
-from run import machine_info, shipper_config, stop_system  # noqa: E402
+from run import machine_info, machine_line, shipper_config, stop_system  # noqa: E402
 from sink import SinkProcess  # noqa: E402
 
 from tests.support.rotate import rotate  # noqa: E402
@@ -135,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.sep in args.python:
         args.python = os.path.abspath(args.python)
     info = machine_info()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  nproc={info['nproc']}  cpu={info['cpu']}  "
-          f"loadavg={info['loadavg']}", flush=True)
+    print(machine_line(info), flush=True)
     result = run(args)
     result["machine"] = info
     if args.json:

@@ -64,6 +64,11 @@ def compile_bytecode(python: str) -> str:
     return f"byte-compiled {where}" if out.returncode == 0 else f"not byte-compiled ({where})"
 
 
+def machine_line(info: dict[str, Any]) -> str:
+    """The header every harness prints first: when, and on what (`machine_info`)."""
+    return f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}"
+
+
 def machine_info() -> dict[str, Any]:
     model = "unknown"
     try:
@@ -681,8 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_peers()
 
     info = machine_info()
-    print(f"# {info['date']}  nproc={info['nproc']}  cpu={info['cpu']}  loadavg={info['loadavg']}  "
-          f"python={info['python']}")
+    print(f"{machine_line(info)}  python={info['python']}")
     print(f"# N={n:,} line_bytes={args.line_bytes} seed={args.seed} runs={args.runs} "
           f"systems={','.join(systems)} gzip={args.gzip} "
           f"in_flight={'default' if args.in_flight is None else args.in_flight} "
