@@ -115,7 +115,8 @@ class FileReader:
         progressed = False
         backlog = False
         draft = self.writer.draft
-        for f in list(self.files.open.values()):
+        # not `full`: the files not quiet are FileSet.awake's (an idle daemon's round is O(1))
+        for f in list((self.files.open if full else self.files.awake).values()):
             h = f.harvester
             if h.fd < 0 or (f.quiet and not full and h.at_eof and h.state == "active"):
                 continue
@@ -223,7 +224,7 @@ class FileReader:
             f.checkpoint.fp_len, f.checkpoint.fp = grown
 
     def flush_due(self, now_mono: float) -> None:
-        for f in self.files.open.values():
+        for f in list(self.files.holding.values()):
             agg = f.holder
             if agg is None or agg.next_deadline is None or agg.next_deadline > now_mono:
                 continue
@@ -238,7 +239,7 @@ class FileReader:
 
     def next_deadline(self) -> float | None:
         out: float | None = None
-        for f in self.files.open.values():
+        for f in self.files.holding.values():
             d = f.holder.next_deadline if f.holder is not None else None
             if d is not None and (out is None or d < out):
                 out = d
@@ -261,8 +262,9 @@ class FileReader:
     async def check(self, now: float, full: bool = True) -> None:
         """Rotation, truncation, deletion and idleness of the open files: every one when `full`,
         else those not quiet. A file found read to its end, unchanged, active, becomes quiet."""
-        for key, f in list(self.files.open.items()):
-            if key not in self.files.open:
+        files = self.files
+        for key, f in list((files.open if full else files.awake).items()):
+            if files.open.get(key) is not f:
                 continue
             h = f.harvester
             if f.quiet and not full and h.at_eof and h.state == "active":

@@ -271,9 +271,8 @@ class FileSource:
         assert w is not None
         w.poll()
         self._take_named()
-        for f in self.files.open.values():
-            if not f.quiet:
-                return None
+        if self.files.awake:
+            return None
         return self.files.changes, self.reader.moves
 
     def bytes_at_risk(self) -> int:

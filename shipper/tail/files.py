@@ -10,7 +10,7 @@ No reading and no deciding here: `sources/files.py` does both.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from shipper.events import Events
@@ -37,15 +37,48 @@ class Holder(Protocol):
 class OpenFile:
     harvester: Harvester
     input_idx: int
-    holder: Holder | None = None     # a MultilineAggregator (multiline) or a ContainerJoiner (docker/cri)
+    # a MultilineAggregator (multiline) or a ContainerJoiner (docker/cri): `holder`
+    _holder: Holder | None = None
     role: Role = "live"
     line_bytes: float = 0.0          # mean line length of the last read (sizes reads to the draft's room)
     # read to its end with nothing new since: read rounds pass it by until inotify names its path
-    # (a write, a rename, a deletion) or the periodic full look (`sources/files.py`)
-    quiet: bool = False
+    # (a write, a rename, a deletion) or the periodic full look (`sources/files.py`): `quiet`
+    _quiet: bool = False
     # a full check found a change that no inotify event announced (a hard link written elsewhere,
     # a writer in another mount): never quiet again, read every round as before
     unreported: bool = False
+    # the FileSet it is open in and its key there: `quiet` and `holder` keep that set's indexes
+    # (`FileSet.awake`, `FileSet.holding`) current, so a round need not walk every open file
+    _set: FileSet | None = field(default=None, repr=False)
+    _key: Key = (0, 0)
+
+    @property
+    def quiet(self) -> bool:
+        return self._quiet
+
+    @quiet.setter
+    def quiet(self, value: bool) -> None:
+        self._quiet = value
+        fs = self._set
+        if fs is not None:
+            if value:
+                fs.awake.pop(self._key, None)
+            else:
+                fs.awake[self._key] = self
+
+    @property
+    def holder(self) -> Holder | None:
+        return self._holder
+
+    @holder.setter
+    def holder(self, value: Holder | None) -> None:
+        self._holder = value
+        fs = self._set
+        if fs is not None:
+            if value is None:
+                fs.holding.pop(self._key, None)
+            else:
+                fs.holding[self._key] = self
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -98,6 +131,11 @@ class FileSet:
         self.parked: dict[Key, Parked] = {}
         self._parked_paths: dict[str, Key] = {}
         self._open_paths: dict[str, Key] = {}          # the path each open file was opened at
+        # indexes of `open`, kept by OpenFile's setters: the open files not quiet (what a read round
+        # or check that passes quiet files by looks at) and those with a holder (whose deadlines
+        # `flush_due` and `next_deadline` look at): an idle daemon's rounds cost O(1), not O(files)
+        self.awake: dict[Key, OpenFile] = {}
+        self.holding: dict[Key, OpenFile] = {}
         self.changes = 0                               # bumped at every open and close
         # files written where no inotify watch sees it (`OpenFile.unreported`), remembered across
         # closes and reopens so that each reopening is read every round at once
@@ -109,6 +147,11 @@ class FileSet:
         if old is not None and old is not f:
             self._unindex(key, old)
         self.open[key] = f
+        f._set, f._key = self, key
+        if not f.quiet:
+            self.awake[key] = f
+        if f.holder is not None:
+            self.holding[key] = f
         self._open_paths[os.path.normpath(f.harvester.path)] = key
         self.changes += 1
         if key in self.unreported:
@@ -126,6 +169,12 @@ class FileSet:
         return None if key is None else self.open.get(key)
 
     def _unindex(self, key: Key, f: OpenFile) -> None:
+        if f._set is self:
+            f._set = None
+            if self.awake.get(key) is f:
+                del self.awake[key]
+            if self.holding.get(key) is f:
+                del self.holding[key]
         p = os.path.normpath(f.harvester.path)
         if self._open_paths.get(p) == key:
             del self._open_paths[p]
@@ -195,8 +244,11 @@ class FileSet:
 
     def close_all(self) -> None:
         for f in self.open.values():
+            f._set = None
             f.harvester.close()
         self.open.clear()
+        self.awake.clear()
+        self.holding.clear()
         self._open_paths.clear()
         self.changes += 1
 

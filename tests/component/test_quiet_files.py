@@ -55,6 +55,10 @@ async def watched(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
     (tmp_path / "logs").mkdir()
     yield make
     for rig in rigs:
+        # the indexes rounds walk instead of every open file agree with the files after every test
+        fs = rig.p.files.files
+        assert fs.awake == {k: f for k, f in fs.open.items() if not f.quiet}
+        assert fs.holding == {k: f for k, f in fs.open.items() if f.holder is not None}
         await rig.p.files.stop()
         await rig.close()
 
@@ -91,6 +95,37 @@ async def test_a_write_to_one_file_reads_that_file_alone(watched: Callable[..., 
     await rig.step(scan=False)
     assert rig.count("m1") == 1 and len(rig.docs) == 4
     assert set(reads) == {"b.log"}, f"files read for one write to b.log: {sorted(set(reads))}"
+
+
+async def test_a_check_between_full_looks_looks_at_the_named_file_alone(
+        watched: Callable[..., Rig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = tmp_path / "logs"
+    for n in range(40):
+        (logs / f"f{n}.log").write_bytes(_line(n))
+    rig = watched()
+    await _start(rig)
+    checked: list[str] = []
+    orig = Harvester.check
+
+    def spy(self: Harvester, now: float) -> Any:
+        checked.append(os.path.basename(self.path))
+        return orig(self, now)
+
+    monkeypatch.setattr(Harvester, "check", spy)
+    await rig.p.check_sources()
+    assert checked == [], "a check with every file quiet looked at files"
+    assert rig.p.files.files.awake == {}
+
+    with open(logs / "f7.log", "ab") as f:
+        f.write(_line(100))
+    await _round_until(rig, lambda: rig.p.files.files.awake != {}, "the written file to wake")
+    await rig.step(scan=False)
+    assert rig.count("m100") == 1
+    assert set(checked) == {"f7.log"}, f"files checked for one write: {sorted(set(checked))}"
+    checked.clear()
+    rig.clock.advance(FULL_LOOK_S)
+    await rig.step(scan=False)
+    assert len(set(checked)) == 40, "the full look must still look at every open file"
 
 
 async def test_the_full_look_finds_a_write_no_event_names_and_reads_that_file_every_round(
