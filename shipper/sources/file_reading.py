@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from shipper.clock import Clock
 from shipper.config import Config
@@ -259,9 +259,11 @@ class FileReader:
         self.stage(cp)
         self.recovery.forget_orphan(cp.incarnation)
 
-    async def check(self, now: float, full: bool = True) -> None:
+    async def check(self, now: float, full: bool = True, at: Mapping[str, Key] | None = None) -> None:
         """Rotation, truncation, deletion and idleness of the open files: every one when `full`,
-        else those not quiet. A file found read to its end, unchanged, active, becomes quiet."""
+        else those not quiet. A file found read to its end, unchanged, active, becomes quiet.
+        `at`: the file each matched path led to in the rescan just made (path -> (dev, inode)),
+        so a file still at its path needs no stat of it here (`Harvester.check`)."""
         files = self.files
         for key, f in list((files.open if full else files.awake).items()):
             if files.open.get(key) is not f:
@@ -276,7 +278,7 @@ class FileReader:
                 elif h.at_eof:
                     self.finish(key, f, "rotated copy read")
                 continue
-            what = h.check(now)
+            what = h.check(now, at)
             if was_quiet and what != "same":
                 # grown, truncated, renamed or deleted while no event named it (a full check):
                 # FileSource judges it at the next read round (`unannounced`)

@@ -26,6 +26,7 @@ from shipper.tail import discovery, identity, look
 from shipper.tail.catalog import Catalog
 from shipper.tail.files import Candidate, FileSet, Key, OpenFile
 from shipper.tail.recovery import Recovery
+from shipper.tail.scan import Scanner
 
 log = logging.getLogger("shipper.tail")
 
@@ -68,6 +69,7 @@ class FileSource:
         self._next_full = 0.0                    # monotonic: the next full look at every open file
         self._full_check = True                  # a full check is due
         self._warned_incomplete = False
+        self._scanner = Scanner()                # the rescans' listings of unchanged directories
 
     exhausted = False
 
@@ -306,9 +308,14 @@ class FileSource:
                 return i
         return None
 
-    def _scan_thread(self) -> list[tuple[str, int, os.stat_result]]:
+    def _scan_thread(self, known: dict[str, Key]) -> tuple[list[tuple[str, int, os.stat_result]], set[str], dict[str, Key]]:
+        """The rescan's blocking part: (entries, the paths whose entry is the last scan's stat of a
+        file open there, path -> (dev, inode) of every entry)."""
         link_paths: set[str] = set()
-        entries = discovery.scan_stat(self.cfg.inputs, link_paths)
+        reused: set[str] = set()
+        entries = discovery.scan_stat(self.cfg.inputs, link_paths, scanner=self._scanner, known=known,
+                                      reused=reused)
+        at = {path: (st.st_dev, st.st_ino) for path, _idx, st in entries}
         # symlinks: rotated copies lie beside their targets; their directories are watched
         links = discovery.resolve_links(link_paths)
         self._link_roots = {identity.rotation_root(lt.target): lt.path for lt in links.values()}
@@ -318,7 +325,7 @@ class FileSource:
                 self._watcher.watch(self.cfg.inputs, links)
             except Exception as e:  # watching is an optimisation; the rescan is the truth
                 log.debug("file watching not extended", extra={"error": str(e)})
-        return entries
+        return entries, reused, at
 
     async def rescan(self) -> None:
         """Glob every input: queue new and changed files for opening, then look for the unfinished
@@ -326,7 +333,7 @@ class FileSource:
         self._last_scan = self.clock.monotonic()
         scan_started = self.clock.time()
         t0 = time.monotonic()
-        entries = await asyncio.to_thread(self._scan_thread)
+        entries, reused, at = await asyncio.to_thread(self._scan_thread, self.files.open_paths())
         self._scan_cost_s = time.monotonic() - t0
         watcher = self._watcher
         if watcher is not None and watcher.incomplete is not None and not self._warned_incomplete:
@@ -337,7 +344,7 @@ class FileSource:
             self.catalog.note_links(self._link_roots)
         # open files first: a truncation noticed now gives the new content its incarnation (and
         # fingerprint) before any sibling is judged by content
-        await self.reader.check(self.clock.monotonic())
+        await self.reader.check(self.clock.monotonic(), at=at)
         self._collect_unannounced(self._targeted())
         # a full look of its own: the next scheduled one counts from here (scan_interval at its
         # default, 10 s, is FULL_LOOK_S: no look but the rescan's)
@@ -360,7 +367,9 @@ class FileSource:
                     w.path, w.input_idx = path, idx    # rotated names shift: open it where it is now
                 continue
             p = files.parked.get(key)
-            if p is not None and p.size == st.st_size and p.mtime_ns == st.st_mtime_ns:
+            # reused: open when the scan began, parked since by the check above (its size is that
+            # check's); else a changed size or mtime reopens it
+            if p is not None and (path in reused or (p.size == st.st_size and p.mtime_ns == st.st_mtime_ns)):
                 continue
             files.waiting[key] = Candidate(path, idx, key, "glob", first_scan=first)
         for key in [k for k in files.parked if k not in seen]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipper.config import InputConfig
+from shipper.tail.scan import Scanner
 
 _GLOB_CHARS = set("*?[")
 
@@ -50,27 +51,51 @@ def is_excluded(path: str, excludes: Sequence[str]) -> bool:
     return False
 
 
-def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None) -> list[tuple[str, int, os.stat_result]]:
+def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None, *, scanner: Scanner | None = None,
+              known: Mapping[str, tuple[int, int]] | None = None,
+              reused: set[str] | None = None) -> list[tuple[str, int, os.stat_result]]:
     """Every regular file matched now, with its stat: (path, index of the first input whose globs
     match it, stat). A symlink and its target, or two links to one file, are followed once: the
     identity is (dev, inode), so no realpath walk is needed. The matched paths that are symbolic
     links are added to `links` (an lstat per path, a stat more only for a link: at 10,000 files
-    a separate `islink` walk cost as much as the stats)."""
+    a separate `islink` walk cost as much as the stats).
+
+    With a `scanner` (the daemon's rescans), directories unchanged since its last scan are not
+    listed again, and a file `known` to be open at its path (path -> (dev, inode)) in such a
+    directory is not stat'ed again: its entry carries the last scan's stat (the identity holds;
+    size and times are the open fd's business) and its path is added to `reused`."""
     out: list[tuple[str, int, os.stat_result]] = []
     paths: set[str] = set()
     seen: set[tuple[int, int]] = set()
+    if scanner is not None:
+        scanner.begin()
     for idx, inp in enumerate(inputs):
         for pattern in inp.paths:
-            for path in glob.iglob(os.path.expanduser(pattern), recursive=True):
+            pattern = os.path.expanduser(pattern)
+            found = glob.iglob(pattern, recursive=True) if scanner is None else scanner.iglob(pattern)
+            for path in found:
                 if path in paths or is_excluded(path, inp.exclude):
                     continue
-                try:
-                    st = os.lstat(path)
-                    is_link = stat_mod.S_ISLNK(st.st_mode)
-                    if is_link:
-                        st = os.stat(path)
-                except OSError:
-                    continue
+                is_link = False
+                st: os.stat_result | None = None
+                if scanner is not None and known:
+                    k = known.get(path)
+                    if k is not None:
+                        st = scanner.known_stat(path)
+                        if st is not None and (st.st_dev, st.st_ino) != k:
+                            st = None
+                        elif st is not None and reused is not None:
+                            reused.add(path)
+                if st is None:
+                    try:
+                        st = os.lstat(path)
+                        is_link = stat_mod.S_ISLNK(st.st_mode)
+                        if is_link:
+                            st = os.stat(path)
+                    except OSError:
+                        continue
+                if scanner is not None and not is_link and stat_mod.S_ISREG(st.st_mode):
+                    scanner.note_stat(path, st)
                 if not stat_mod.S_ISREG(st.st_mode):
                     continue
                 key = (st.st_dev, st.st_ino)
@@ -81,6 +106,8 @@ def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None) -> l
                 if is_link and links is not None:
                     links.add(path)
                 out.append((path, idx, st))
+    if scanner is not None:
+        scanner.end()
     return out
 
 

@@ -163,6 +163,10 @@ class FileSet:
             self.unreported.clear()
         self.unreported.add(key)
 
+    def open_paths(self) -> dict[str, Key]:
+        """A copy of (normalised path -> key) of the open files, for the scan thread."""
+        return dict(self._open_paths)
+
     def open_at(self, path: str) -> OpenFile | None:
         """The open file opened at `path` (the name inotify reports a write by), if any."""
         key = self._open_paths.get(os.path.normpath(path))

@@ -15,7 +15,7 @@ import os
 import stat as stat_mod
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from shipper.model import Checkpoint, Line, SplitBuild
@@ -213,8 +213,9 @@ class Harvester:
                 return True     # unreadable now (EIO, ESTALE): no evidence of a truncation
         return True
 
-    def check(self, now: float) -> Change:
-        """fstat the fd and stat the path; decide what happened since the last look."""
+    def check(self, now: float, at: Mapping[str, tuple[int, int]] | None = None) -> Change:
+        """fstat the fd and stat the path; decide what happened since the last look. `at` (a
+        rescan's path -> (dev, inode), taken a moment ago) stands in for the stat of a path it has."""
         if self.fd < 0 or self._gz is not None:
             return "same"            # a compressed copy never changes
         try:
@@ -243,6 +244,12 @@ class Harvester:
                 return "deleted"
             return "grown" if size > pos else "same"
         if self.state != "active":
+            return "grown" if size > pos else "same"
+        found = at.get(self.path) if at is not None else None
+        if found is not None:
+            if found != (self.dev, self.inode):
+                self.state = "renamed"
+                return "renamed"
             return "grown" if size > pos else "same"
         try:
             pst = os.stat(self.path)

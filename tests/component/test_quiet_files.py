@@ -107,9 +107,9 @@ async def test_a_check_between_full_looks_looks_at_the_named_file_alone(
     checked: list[str] = []
     orig = Harvester.check
 
-    def spy(self: Harvester, now: float) -> Any:
+    def spy(self: Harvester, now: float, at: Any = None) -> Any:
         checked.append(os.path.basename(self.path))
-        return orig(self, now)
+        return orig(self, now, at)
 
     monkeypatch.setattr(Harvester, "check", spy)
     await rig.p.check_sources()
@@ -171,12 +171,12 @@ async def test_a_write_landing_during_the_full_look_is_not_taken_for_an_unannoun
     orig = Harvester.check
     race = {"armed": True}
 
-    def racing(self: Harvester, now: float) -> Any:
+    def racing(self: Harvester, now: float, at: Any = None) -> Any:
         if race["armed"] and self.path.endswith("a.log"):
             race["armed"] = False
             with open(self.path, "ab") as f:     # lands after the full look's poll, before this look
                 f.write(_line(1))
-        return orig(self, now)
+        return orig(self, now, at)
 
     monkeypatch.setattr(Harvester, "check", racing)
     rig.clock.advance(FULL_LOOK_S)

@@ -1,0 +1,270 @@
+"""The rescan's globbing (`shipper/tail/scan.py`): what `glob.glob(recursive=True)` finds, on real
+trees, with the listings of unchanged directories reused between scans.
+
+Directory timestamps have a clock tick's granularity, so a test that changes a tree within
+milliseconds of listing it could not tell a stale listing from a fresh one by the clock alone.
+The property test therefore stamps each directory it changes with an mtime of its own
+(`os.utime`, unique and increasing) and runs the scanner on a wall clock 10 s ahead: every listing
+is old enough to be reused, and every change shows in the directory's signature, as it does on a
+host where the changes and the scans are seconds apart. The guard for the young listing (RACY_NS)
+has its own tests.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shipper.config import InputConfig
+from shipper.tail import discovery, scan
+from shipper.tail.scan import FULL_EVERY, RACY_NS, Scanner, reusable
+
+PATTERNS = ["**/*.log", "*/*.log", "a/**", "**", "*.log", "a/*/x*.log", "[ab]*/**/*.log", ".h*/*.log",
+            "**/b/*", "a/b/x.log", "*/", "**/.h/*.log"]
+DIRS = ["a", "b", "a/b", "a/c", ".h", "a/.h", "b/b", "a/b/c"]
+FILES = ["x.log", "y.log", ".z.log", "w.txt", "x1.log"]
+
+
+def _ahead() -> int:
+    return time.time_ns() + 10 * 10**9
+
+
+_stamp = itertools.count(1_000_000_000)
+
+
+def _touch_dir(d: str) -> None:
+    """A change to `d`'s entries, stamped with an mtime no earlier change had."""
+    n = next(_stamp) * 10**9
+    os.utime(d, ns=(n, n))
+
+
+def _all(scanner: Scanner, root: str) -> dict[str, list[str]]:
+    scanner.begin()
+    out = {p: sorted(scanner.iglob(os.path.join(root, p))) for p in PATTERNS}
+    scanner.end()
+    return out
+
+
+def _glob(root: str) -> dict[str, list[str]]:
+    return {p: sorted(glob.glob(os.path.join(root, p), recursive=True)) for p in PATTERNS}
+
+
+op = st.tuples(st.sampled_from(["file", "unlink", "mkdir", "rmtree", "rename", "link_dir", "link_file",
+                                "dangling"]),
+               st.sampled_from(DIRS + [""]), st.sampled_from(FILES + ["b", "c", "l"]), st.sampled_from(DIRS))
+
+
+def _apply(root: str, kind: str, where: str, name: str, other: str) -> None:
+    d = os.path.join(root, where)
+    if not os.path.isdir(d) or os.path.islink(d):
+        return
+    path = os.path.join(d, name)
+    try:
+        if kind == "file":
+            if not os.path.lexists(path):
+                Path(path).write_bytes(b"x\n")
+        elif kind == "unlink":
+            if os.path.lexists(path) and not os.path.isdir(path) or os.path.islink(path):
+                os.unlink(path)
+        elif kind == "mkdir":
+            if not os.path.lexists(path):
+                os.mkdir(path)
+        elif kind == "rmtree":
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+        elif kind == "rename":
+            dest = os.path.join(root, other, name + ".1.log")
+            if os.path.isfile(path) and os.path.isdir(os.path.dirname(dest)) and not os.path.lexists(dest):
+                os.rename(path, dest)
+                _touch_dir(os.path.dirname(dest))
+        elif kind in ("link_dir", "link_file", "dangling"):
+            target = os.path.join(root, other) if kind == "link_dir" else \
+                os.path.join(root, other, "x.log") if kind == "link_file" else os.path.join(root, "nowhere")
+            if os.path.islink(path):
+                os.unlink(path)        # a link re-pointed: replaced, as `ln -sfn` does
+            if not os.path.lexists(path) and not target.startswith(path + os.sep):
+                os.symlink(target, path)
+    except OSError:
+        return
+    if os.path.isdir(d):
+        _touch_dir(d)
+
+
+def _walk_dirs(root: str) -> Iterator[str]:
+    for r, dirs, _files in os.walk(root):
+        for x in dirs:
+            yield os.path.join(r, x)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(DIRS), st.sampled_from(FILES)), max_size=12), st.lists(op, max_size=12))
+def test_the_scanner_finds_what_glob_finds_across_changes_to_the_tree(
+        start: list[tuple[str, str]], ops: list[tuple[str, str, str, str]]) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        for d, f in start:
+            os.makedirs(os.path.join(root, d), exist_ok=True)
+            Path(root, d, f).write_bytes(b"x\n")
+        for d in [root, *_walk_dirs(root)]:
+            _touch_dir(d)
+        scanner = Scanner(now_ns=_ahead)
+        assert _all(scanner, root) == _glob(root)
+        for o in ops:
+            _apply(root, *o)
+            assert _all(scanner, root) == _glob(root), f"after {o}"
+        # and with nothing changed since: every listing reused, the same answer
+        if scanner.scans % FULL_EVERY != FULL_EVERY - 1:
+            before = _all(scanner, root)
+            assert scanner.reused > 0 or not os.listdir(root)
+            assert before == _glob(root)
+
+
+def _tree(tmp_path: Path) -> Path:
+    for d in ("a", "a/b", "c"):
+        (tmp_path / d).mkdir(parents=True)
+        for n in range(3):
+            (tmp_path / d / f"f{n}.log").write_bytes(b"x\n")
+    return tmp_path
+
+
+def _counting_scandir(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    listed: list[str] = []
+    real = os.scandir
+
+    def counting(path: str) -> object:
+        listed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(scan.os, "scandir", counting)
+    return listed
+
+
+def test_a_scan_of_an_unchanged_tree_lists_no_directory_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _tree(tmp_path)
+    pattern = str(root / "**/*.log")
+    expected = sorted(glob.glob(pattern, recursive=True))
+    listed = _counting_scandir(monkeypatch)
+    scanner = Scanner(now_ns=_ahead)
+    scanner.begin()
+    first = sorted(scanner.iglob(pattern))
+    scanner.end()
+    assert len(first) == 9 and first == expected
+    assert len(listed) == 4, "each directory is listed once a scan, though glob asks for it twice"
+    listed.clear()
+    scanner.begin()
+    assert sorted(scanner.iglob(pattern)) == first
+    scanner.end()
+    assert listed == [] and scanner.reused == 4
+
+    (root / "a" / "b" / "new.log").write_bytes(b"x\n")
+    _touch_dir(str(root / "a" / "b"))
+    scanner.begin()
+    assert str(root / "a" / "b" / "new.log") in list(scanner.iglob(pattern))
+    scanner.end()
+    assert listed == [str(root / "a" / "b")], "only the changed directory is listed again"
+
+
+def test_a_listing_taken_right_after_a_change_is_not_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _tree(tmp_path)
+    listed = _counting_scandir(monkeypatch)
+    scanner = Scanner()                  # the real clock: the tree was made a moment ago
+    for _ in range(2):
+        scanner.begin()
+        list(scanner.iglob(str(root / "**/*.log")))
+        scanner.end()
+    assert scanner.reused == 0 and len(listed) == 8, listed
+
+
+def test_reusable_wants_the_same_signature_an_old_enough_listing_and_not_the_full_scan() -> None:
+    t = 100 * 10**9
+    sig = (1, 2, t, t)
+    assert reusable(sig, t + RACY_NS + 1, sig, 1)
+    assert not reusable(sig, t + RACY_NS, sig, 1), "listed within RACY_NS of the last change"
+    assert not reusable(sig, t - 10**9, sig, 1), "a directory stamped after its listing (clock stepped back)"
+    assert not reusable(sig, t + 10 * RACY_NS, (1, 2, t + 1, t + 1), 1)
+    assert not reusable(sig, t + 10 * RACY_NS, (1, 3, t, t), 1), "another directory at that path"
+    assert not reusable(sig, t + 10 * RACY_NS, sig, FULL_EVERY), "every FULL_EVERY-th scan lists afresh"
+    assert not reusable((1, 2, t, t), t + 10 * RACY_NS, (1, 2, t, t + RACY_NS * 10), 1), "ctime moved"
+
+
+def test_scan_stat_reuses_the_stat_of_open_files_in_unchanged_directories_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _tree(tmp_path)
+    inp = InputConfig(paths=[str(root / "**/*.log")])
+    scanner = Scanner(now_ns=_ahead)
+    first = discovery.scan_stat([inp], scanner=scanner)
+    keys = {path: (s.st_dev, s.st_ino) for path, _i, s in first}
+    known = {p: k for p, k in keys.items() if "/a/" in p}           # a/ and a/b/ open, c/ not
+    lstats: list[str] = []
+    real = os.lstat
+
+    def counting(path: str) -> os.stat_result:
+        lstats.append(path)
+        return real(path)
+
+    monkeypatch.setattr(discovery.os, "lstat", counting)
+    (root / "a" / "f0.log").write_bytes(b"grown\n")       # content: the directory does not change
+    reused: set[str] = set()
+    again = discovery.scan_stat([inp], scanner=scanner, known=known, reused=reused)
+    assert {p: (s.st_dev, s.st_ino) for p, s in ((p, s) for p, _i, s in again)} == keys
+    assert reused == set(known) and sorted(lstats) == sorted(p for p in keys if p not in known)
+
+    os.unlink(root / "a" / "f1.log")                        # a/ changes: its files are stat'ed again
+    _touch_dir(str(root / "a"))
+    lstats.clear()
+    reused.clear()
+    third = discovery.scan_stat([inp], scanner=scanner, known=known, reused=reused)
+    assert str(root / "a" / "f1.log") not in {p for p, _i, _s in third}
+    assert reused == {p for p in known if "/a/b/" in p}
+    assert str(root / "a" / "f0.log") in lstats
+
+    lstats.clear()
+    reused.clear()
+    while scanner.scans % FULL_EVERY != FULL_EVERY - 1:
+        discovery.scan_stat([inp], scanner=scanner, known=known, reused=reused)
+    reused.clear()
+    lstats.clear()
+    discovery.scan_stat([inp], scanner=scanner, known=known, reused=reused)
+    assert reused == set() and len(lstats) == 8, "the full scan stats every file"
+
+
+def test_a_known_path_now_holding_another_file_is_stated_afresh(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    inp = InputConfig(paths=[str(root / "c/*.log")])
+    scanner = Scanner(now_ns=_ahead)
+    first = discovery.scan_stat([inp], scanner=scanner)
+    path, _i, s = first[0]
+    reused: set[str] = set()
+    # the caller's idea of what is open at the path disagrees with the last scan: no reuse
+    discovery.scan_stat([inp], scanner=scanner, known={path: (s.st_dev, s.st_ino + 1)}, reused=reused)
+    assert reused == set()
+
+
+def test_a_symlink_whose_target_directory_appears_later_is_followed(tmp_path: Path) -> None:
+    # the link's own directory does not change when its target appears: a listing that cached
+    # which entries are directories would never look behind the link
+    (tmp_path / "logs").mkdir()
+    os.symlink(tmp_path / "pods", tmp_path / "logs" / "app")
+    for d in (tmp_path, tmp_path / "logs"):
+        _touch_dir(str(d))
+    scanner = Scanner(now_ns=_ahead)
+    pattern = str(tmp_path / "logs/**/*.log")
+    for _ in range(2):
+        scanner.begin()
+        assert list(scanner.iglob(pattern)) == []
+        scanner.end()
+    (tmp_path / "pods").mkdir()
+    (tmp_path / "pods" / "x.log").write_bytes(b"x\n")
+    _touch_dir(str(tmp_path))
+    scanner.begin()
+    assert list(scanner.iglob(pattern)) == [str(tmp_path / "logs/app/x.log")] == glob.glob(pattern, recursive=True)
+    scanner.end()
