@@ -44,6 +44,8 @@ def base_dir(pattern: str) -> tuple[str, bool]:
 
 
 def is_excluded(path: str, excludes: Sequence[str]) -> bool:
+    if not excludes:
+        return False
     name = os.path.basename(path)
     for ex in excludes:
         if fnmatch.fnmatch(path, ex) or ("/" not in ex and fnmatch.fnmatch(name, ex)):
@@ -94,8 +96,9 @@ def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None, *, s
                             st = os.stat(path)
                     except OSError:
                         continue
-                if scanner is not None and not is_link and stat_mod.S_ISREG(st.st_mode):
-                    scanner.note_stat(path, st)
+                if known and not is_link and path in known and stat_mod.S_ISREG(st.st_mode):
+                    assert scanner is not None
+                    scanner.note_stat(path, st)     # kept for open files only: they are what may reuse it
                 if not stat_mod.S_ISREG(st.st_mode):
                     continue
                 key = (st.st_dev, st.st_ino)

@@ -200,10 +200,11 @@ def test_scan_stat_reuses_the_stat_of_open_files_in_unchanged_directories_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _tree(tmp_path)
     inp = InputConfig(paths=[str(root / "**/*.log")])
-    scanner = Scanner(now_ns=_ahead)
-    first = discovery.scan_stat([inp], scanner=scanner)
-    keys = {path: (s.st_dev, s.st_ino) for path, _i, s in first}
+    keys = {path: (s.st_dev, s.st_ino) for path, _i, s in discovery.scan_stat([inp])}
     known = {p: k for p, k in keys.items() if "/a/" in p}           # a/ and a/b/ open, c/ not
+    scanner = Scanner(now_ns=_ahead)
+    discovery.scan_stat([inp], scanner=scanner, known=known)
+    assert set(scanner.stats) == set(known), "only the open files' stats are kept"
     lstats: list[str] = []
     real = os.lstat
 
@@ -240,9 +241,9 @@ def test_scan_stat_reuses_the_stat_of_open_files_in_unchanged_directories_only(
 def test_a_known_path_now_holding_another_file_is_stated_afresh(tmp_path: Path) -> None:
     root = _tree(tmp_path)
     inp = InputConfig(paths=[str(root / "c/*.log")])
+    [(path, _i, s)] = discovery.scan_stat([inp])[:1]
     scanner = Scanner(now_ns=_ahead)
-    first = discovery.scan_stat([inp], scanner=scanner)
-    path, _i, s = first[0]
+    discovery.scan_stat([inp], scanner=scanner, known={path: (s.st_dev, s.st_ino)})
     reused: set[str] = set()
     # the caller's idea of what is open at the path disagrees with the last scan: no reuse
     discovery.scan_stat([inp], scanner=scanner, known={path: (s.st_dev, s.st_ino + 1)}, reused=reused)
