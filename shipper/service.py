@@ -176,6 +176,7 @@ class Service:
         self.metrics = Metrics()
         self.events = TelemetryEvents(self.metrics)
         self.monitor = Monitor(self.metrics, self.events, cfg.metrics.health_down_after_s)
+        self._room: dict[str, Any] | None = None    # the state dir's room as the last status tick saw it
         self.stop_event = asyncio.Event()
         self.reload_event = asyncio.Event()
         self.force_event = asyncio.Event()
@@ -348,8 +349,9 @@ class Service:
             return None, None
         now = time.monotonic()
         snap = p.snapshot()
+        self._room = None
         if self.spool is not None:              # issue 19: the state dir's room
-            room = self.spool.room()
+            room = self._room = self.spool.room()   # one statvfs a tick: status_doc takes it too
             self.metrics.set("shipper_state_dir_full", 1 if room["full"] else 0)
             self.metrics.set("shipper_state_dir_free_bytes", room["free_bytes"] or 0)
         files = self.monitor.sample(snap, now)
@@ -365,7 +367,8 @@ class Service:
             snap, files = self.snapshot(), None
         doc = self.monitor.status_doc(snap, time.monotonic(), files=files)
         if self.spool is not None:              # issue 19: {"full", "free_bytes", "reserve_bytes", "quarantined"}
-            doc["state_dir"] = {"path": self.cfg.state_dir, **self.spool.room()}
+            room = self._room if files is not None and self._room is not None else self.spool.room()
+            doc["state_dir"] = {"path": self.cfg.state_dir, **room}
         return doc
 
     def _write_status_safe(self, doc: dict[str, Any] | None = None) -> None:
