@@ -176,7 +176,6 @@ class Service:
         self.metrics = Metrics()
         self.events = TelemetryEvents(self.metrics)
         self.monitor = Monitor(self.metrics, self.events, cfg.metrics.health_down_after_s)
-        self._room: dict[str, Any] | None = None    # the state dir's room as the last status tick saw it
         self.stop_event = asyncio.Event()
         self.reload_event = asyncio.Event()
         self.force_event = asyncio.Event()
@@ -260,8 +259,8 @@ class Service:
             if now >= next_status - IDLE_EARLY_S:      # a coalesced wait may end that much early
                 # one snapshot and one list of files a tick, for the gauges and the document both
                 # (taken on the loop: the pipeline is not thread-safe)
-                snap, files = self._refresh_gauges()
-                doc = self.status_doc(snap, files)
+                snap, files, room = self._refresh_gauges()
+                doc = self.status_doc(snap, files, room)
                 same = material(doc, memo)
                 if same != last_doc or now - last_written >= STATUS_SAME_EVERY_S - IDLE_EARLY_S:
                     await asyncio.to_thread(self._write_status_safe, doc)
@@ -341,33 +340,35 @@ class Service:
 
     # ---------------------------------------------------------------- telemetry
 
-    def _refresh_gauges(self) -> tuple[PipelineStatus | None, list[dict[str, Any]] | None]:
+    def _refresh_gauges(self) -> tuple[PipelineStatus | None, list[dict[str, Any]] | None, dict[str, Any] | None]:
         """Every STATUS_EVERY_S: sample rates, refresh gauges, log progress while catching up.
-        Returns the snapshot and its files (with their rates), for the status document."""
+        Returns the snapshot, its files (with their rates) and the state dir's room, for the status
+        document (one statvfs a tick)."""
         p = self.pipeline
         if p is None:
-            return None, None
+            return None, None, None
         now = time.monotonic()
         snap = p.snapshot()
-        self._room = None
+        room = None
         if self.spool is not None:              # issue 19: the state dir's room
-            room = self._room = self.spool.room()   # one statvfs a tick: status_doc takes it too
+            room = self.spool.room()
             self.metrics.set("shipper_state_dir_full", 1 if room["full"] else 0)
             self.metrics.set("shipper_state_dir_free_bytes", room["free_bytes"] or 0)
         files = self.monitor.sample(snap, now)
         self.monitor.progress(snap, now, files)
-        return snap, files
+        return snap, files, room
 
     def snapshot(self) -> PipelineStatus | None:
         return self.pipeline.snapshot() if self.pipeline is not None else None
 
-    def status_doc(self, snap: PipelineStatus | None = None, files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The status document; from `snap` and its sampled `files` when the tick has them."""
+    def status_doc(self, snap: PipelineStatus | None = None, files: list[dict[str, Any]] | None = None,
+                   room: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The status document; from `snap`, its sampled `files` and the `room` when the tick has them."""
         if snap is None:
             snap, files = self.snapshot(), None
         doc = self.monitor.status_doc(snap, time.monotonic(), files=files)
         if self.spool is not None:              # issue 19: {"full", "free_bytes", "reserve_bytes", "quarantined"}
-            room = self._room if files is not None and self._room is not None else self.spool.room()
+            room = room if room is not None else self.spool.room()
             doc["state_dir"] = {"path": self.cfg.state_dir, **room}
         return doc
 

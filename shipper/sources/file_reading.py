@@ -118,7 +118,7 @@ class FileReader:
         # not `full`: the files not quiet are FileSet.awake's (an idle daemon's round is O(1))
         for f in list((self.files.open if full else self.files.awake).values()):
             h = f.harvester
-            if h.fd < 0 or (f.quiet and not full and h.at_eof and h.state == "active"):
+            if h.fd < 0:
                 continue
             budget = min(READ_BYTES, max(64 * 1024, room.max_bytes - draft.nbytes))
             # about the lines the draft has room for: a round that overshoots bulk_max_events
@@ -269,8 +269,6 @@ class FileReader:
             if files.open.get(key) is not f:
                 continue
             h = f.harvester
-            if f.quiet and not full and h.at_eof and h.state == "active":
-                continue
             was_quiet, f.quiet = f.quiet, False
             if f.role == "copy":
                 if h.error is not None:

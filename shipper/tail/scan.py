@@ -16,8 +16,8 @@ checks it against `glob.glob` on random trees, and across changes to them.
 from __future__ import annotations
 
 import fnmatch
+import glob
 import os
-import re
 import stat as stat_mod
 import time
 from collections.abc import Callable, Iterator
@@ -25,13 +25,6 @@ from dataclasses import dataclass
 
 RACY_NS = 2_000_000_000       # a listing younger than this, against the directory's timestamps, is taken again
 FULL_EVERY = 6                # every this many scans nothing is reused (at scan_interval 10s: once a minute)
-
-_MAGIC = re.compile(r"[*?[]")
-
-
-def has_magic(s: str) -> bool:
-    return _MAGIC.search(s) is not None
-
 
 def _ishidden(name: str) -> bool:
     return name[0] == "."
@@ -69,9 +62,9 @@ class _Listing:
 
 
 class Scanner:
-    """One rescan at a time (the scan thread's). `begin()` starts a scan; `trusted(d)` says whether
-    directory `d`'s names came from the cache in this scan (so a path in it is bound to the inode it
-    was bound to at the last scan)."""
+    """One rescan at a time (the scan thread's): `begin()`, `iglob` for each pattern, `end()`. A
+    directory whose names came from the cache in this scan binds each path in it to the inode it
+    was bound to at the last scan: `known_stat` hands back that scan's stat of such a path."""
 
     def __init__(self, now_ns: Callable[[], int] = time.time_ns) -> None:
         self._now_ns = now_ns                      # the wall clock (directory timestamps are wall time)
@@ -111,9 +104,6 @@ class Scanner:
     def note_stat(self, path: str, st: os.stat_result) -> None:
         """This scan's lstat of a regular file at `path` (not a link), for the next scan."""
         self._stats[path] = st
-
-    def trusted(self, dirname: str) -> bool:
-        return os.path.normpath(dirname or os.curdir) in self._trusted
 
     # ---------------------------------------------------------------- listing
 
@@ -190,7 +180,7 @@ class Scanner:
 
     def _iglob(self, pathname: str, dironly: bool) -> Iterator[str]:
         dirname, basename = os.path.split(pathname)
-        if not has_magic(pathname):
+        if not glob.has_magic(pathname):
             if basename:
                 if os.path.lexists(pathname):
                     yield pathname
@@ -204,12 +194,12 @@ class Scanner:
                 yield from self._glob1(dirname, basename, dironly)
             return
         dirs: Iterator[str] | list[str]
-        if dirname != pathname and has_magic(dirname):
+        if dirname != pathname and glob.has_magic(dirname):
             dirs = self._iglob(dirname, True)
         else:
             dirs = [dirname]
         for d in dirs:
-            if has_magic(basename):
+            if glob.has_magic(basename):
                 names = (self._glob2(d, basename, dironly) if _isrecursive(basename)
                          else self._glob1(d, basename, dironly))
             else:

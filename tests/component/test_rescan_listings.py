@@ -24,10 +24,20 @@ def _line(n: int) -> bytes:
     return b'{"level":30,"time":1764000000000,"msg":"m%d"}\n' % n
 
 
-def _rig(tmp_path: Path) -> Rig:
-    rig = Rig(tmp_path, [str(tmp_path / "logs/**/*.log")])
+def _rig(tmp_path: Path, **kw: Any) -> Rig:
+    rig = Rig(tmp_path, [str(tmp_path / "logs/**/*.log")], **kw)
     rig.p.files._scanner = Scanner(now_ns=_ahead)
     return rig
+
+
+def _one_file(tmp_path: Path) -> Path:
+    """logs/app.log with one line, its directories stamped; returns logs/."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "app.log").write_bytes(_line(0))
+    for d in (tmp_path, logs):
+        _touch_dir(str(d))
+    return logs
 
 
 async def test_a_rescan_of_unchanged_directories_lists_and_stats_nothing_again(
@@ -64,11 +74,7 @@ async def test_a_rescan_of_unchanged_directories_lists_and_stats_nothing_again(
 
 
 async def test_rename_rotation_in_a_directory_seen_unchanged_before_is_followed(tmp_path: Path) -> None:
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "app.log").write_bytes(_line(0))
-    for d in (tmp_path, logs):
-        _touch_dir(str(d))
+    logs = _one_file(tmp_path)
     rig = _rig(tmp_path)
     try:
         await rig.step()
@@ -91,13 +97,8 @@ async def test_rename_rotation_in_a_directory_seen_unchanged_before_is_followed(
 async def test_a_file_parked_by_the_rescans_own_check_stays_parked(tmp_path: Path) -> None:
     # its entry in the scan is the stat of an earlier scan (older size): the check that parked it
     # a moment ago knows better, and it is not opened again for nothing
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "app.log").write_bytes(_line(0))
-    for d in (tmp_path, logs):
-        _touch_dir(str(d))
-    rig = Rig(tmp_path, [str(tmp_path / "logs/**/*.log")], input_close_inactive_s=30.0)
-    rig.p.files._scanner = Scanner(now_ns=_ahead)
+    logs = _one_file(tmp_path)
+    rig = _rig(tmp_path, input_close_inactive_s=30.0)
     try:
         await rig.step()
         with open(logs / "app.log", "ab") as f:
