@@ -9,14 +9,20 @@ the directory's own timestamps is not trusted (a change in the same clock tick a
 would leave them as they were), and every FULL_EVERY-th scan lists everything afresh.
 
 `Scanner.iglob` is the standard library's algorithm (glob.py: `_iglob`, `_glob0/1/2`, `_rlistdir`,
-hidden names, `**` only as a whole component) over `Scanner.listdir`; tests/unit/test_scan.py
-checks it against `glob.glob` on random trees, and across changes to them.
+hidden names, `**` only as a whole component) over `Scanner.listdir`; tests/component/test_scan.py
+checks it against `glob.glob` on random trees, and across changes to them. One departure: like
+glob, the `**` walk follows links to directories, but it does not descend into a directory that is
+already on its way down (the same st_dev and st_ino as the walk's base or a directory between),
+where glob walks the loop until the path is too long (a link such as /var/log/app/loop -> /var/log;
+several of them make glob's walk exponential). The link itself is still matched, and two links to
+one directory that is not an ancestor are both walked, as glob does.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import glob
+import logging
 import os
 import stat as stat_mod
 import time
@@ -25,6 +31,10 @@ from dataclasses import dataclass
 
 RACY_NS = 2_000_000_000       # a listing younger than this, against the directory's timestamps, is taken again
 FULL_EVERY = 6                # every this many scans nothing is reused (at scan_interval 10s: once a minute)
+TOLD_MAX = 1024               # loops logged per process at most (each once); then no more lines
+
+log = logging.getLogger(__name__)
+_told: set[str] = set()       # the paths at which a loop was cut and said so
 
 def _ishidden(name: str) -> bool:
     return name[0] == "."
@@ -150,7 +160,11 @@ class Scanner:
     def listdir(self, dirname: str, dironly: bool) -> list[str]:
         """glob's `_listdir`: the names in `dirname` (only directories', following symlinks, when
         `dironly`); [] when it cannot be listed."""
-        got = self._listing(dirname)
+        return self._names(self._listing(dirname), dirname, dironly)
+
+    @staticmethod
+    def _names(got: _Listing | None, dirname: str, dironly: bool) -> list[str]:
+        """`listdir` of `dirname` given its listing `got`."""
         if got is None:
             return []
         if not dironly:
@@ -224,12 +238,40 @@ class Scanner:
 
     def _glob2(self, dirname: str, pattern: str, dironly: bool) -> Iterator[str]:
         yield pattern[:0]
-        yield from self._rlistdir(dirname, dironly)
+        got = self._listing(dirname)
+        if got is None:
+            return
+        yield from self._rlistdir(dirname, got, dironly, {got.sig[:2]: dirname})
 
-    def _rlistdir(self, dirname: str, dironly: bool) -> Iterator[str]:
-        for x in self.listdir(dirname, dironly):
+    def _rlistdir(self, dirname: str, got: _Listing, dironly: bool,
+                  ancestors: dict[tuple[int, ...], str]) -> Iterator[str]:
+        """glob's `_rlistdir` of `dirname`, listed as `got`, not descending into a directory
+        whose (st_dev, st_ino) is in `ancestors` (this walk's directories from its base down to
+        `dirname`, each with the path the walk reached it by). The stat that tells is the one
+        `_listing` takes of each directory anyway (glob lists each entry it yields)."""
+        for x in self._names(got, dirname, dironly):
             if not _ishidden(x):
                 yield x
                 path = _join(dirname, x) if dirname else x
-                for y in self._rlistdir(path, dironly):
-                    yield _join(x, y)
+                sub = self._listing(path)
+                if sub is None:
+                    continue
+                key = sub.sig[:2]
+                if key in ancestors:
+                    _tell_loop(path, ancestors[key])
+                    continue
+                ancestors[key] = path
+                try:
+                    for y in self._rlistdir(path, sub, dironly, ancestors):
+                        yield _join(x, y)
+                finally:
+                    del ancestors[key]
+
+
+def _tell_loop(path: str, ancestor: str) -> None:
+    """Log, once per path and process, that the `**` walk did not follow `path` back into `ancestor`."""
+    if path in _told or len(_told) >= TOLD_MAX:
+        return
+    _told.add(path)
+    log.info("a ** glob met a link back to an ancestor directory and did not follow it",
+             extra={"path": path, "ancestor": ancestor or os.curdir})

@@ -12,10 +12,13 @@ has its own tests.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import itertools
+import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -276,3 +279,253 @@ def test_a_symlink_whose_target_directory_appears_later_is_followed(tmp_path: Pa
     scanner.begin()
     assert list(scanner.iglob(pattern)) == [str(tmp_path / "logs/app/x.log")] == glob.glob(pattern, recursive=True)
     scanner.end()
+
+
+# ---------------------------------------------------------------- links back to an ancestor
+
+def _reference(pattern: str) -> list[str]:
+    """`glob.glob(pattern, recursive=True)` of an absolute pattern as documented (component by
+    component; `**` is '' and every path below, hidden names only for a pattern starting with a
+    dot), except that the `**` walk does not descend into a directory whose (st_dev, st_ino) is its
+    base's or one of those it went through to get there. Written apart from glob.py and scan.py:
+    a set of ancestors per walk, a stat of every entry."""
+    out: list[str] = []
+
+    def join(a: str, b: str) -> str:
+        return a + b if a.endswith("/") else a + "/" + b
+
+    def names(d: str, dironly: bool) -> list[str]:
+        try:
+            got = os.listdir(d)
+        except OSError:
+            return []
+        return [n for n in got if os.path.isdir(join(d, n))] if dironly else got
+
+    def key(p: str) -> tuple[int, int] | None:
+        try:
+            s = os.stat(p)
+        except OSError:
+            return None
+        return (s.st_dev, s.st_ino) if stat.S_ISDIR(s.st_mode) else None
+
+    def below(d: str, rel: str, dironly: bool, ancestors: frozenset[tuple[int, int] | None]) -> Iterator[str]:
+        for n in names(d, dironly):
+            if n.startswith("."):
+                continue
+            r = join(rel, n) if rel else n
+            yield r
+            k = key(join(d, n))
+            if k is not None and k not in ancestors:
+                yield from below(join(d, n), r, dironly, ancestors | {k})
+
+    def expand(prefix: str, rest: list[str], matched: bool) -> None:
+        # `matched`: a magic component came before (the names of a pattern's plain start are taken
+        # as they are, unless the whole pattern is plain; after a magic one they must exist)
+        if not rest:
+            out.append(prefix)
+            return
+        c, more = rest[0], rest[1:]
+        if c == "**":
+            expand(join(prefix, ""), more, True)
+            for r in below(prefix, "", bool(more), frozenset({key(prefix)})):
+                expand(join(prefix, r), more, True)
+        elif glob.has_magic(c):
+            for n in names(prefix, bool(more)):
+                if (c.startswith(".") or not n.startswith(".")) and fnmatch.fnmatchcase(n, c):
+                    expand(join(prefix, n), more, True)
+        elif c == "":                                   # a trailing slash: a directory
+            if os.path.isdir(prefix):
+                out.append(join(prefix, ""))
+        elif (more and not matched) or os.path.lexists(join(prefix, c)):
+            expand(join(prefix, c), more, matched)
+
+    assert pattern.startswith("/")
+    expand("/", pattern.split("/")[1:], False)
+    return sorted(out)
+
+
+def _within(paths: Iterator[str], seconds: float = 5.0, most: int = 100_000) -> list[str]:
+    """The paths, or a failure once they take longer than `seconds` or outnumber `most` (a walk
+    around a loop yields a path at every turn, so this ends a walk that would not end)."""
+    end = time.monotonic() + seconds
+    out = []
+    for p in paths:
+        out.append(p)
+        if len(out) > most or time.monotonic() > end:
+            pytest.fail(f"the scan did not end: {len(out)} paths so far, the last {p}")
+    return sorted(out)
+
+
+def _scan(scanner: Scanner, pattern: str) -> list[str]:
+    scanner.begin()
+    try:
+        return _within(scanner.iglob(pattern))
+    finally:
+        scanner.end()
+
+
+def test_a_link_to_an_ancestor_is_matched_but_not_walked_again(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "app").mkdir(parents=True)
+    (logs / "y.log").write_bytes(b"x\n")
+    (logs / "app" / "x.log").write_bytes(b"x\n")
+    os.symlink("..", logs / "app" / "loop")           # /var/log/app/loop -> /var/log
+    t0 = time.monotonic()
+    scanner = Scanner()
+    for _ in range(2):                                 # a fresh listing, then one from the scan before
+        assert _scan(scanner, f"{logs}/**/*.log") == [
+            f"{logs}/app/loop/y.log", f"{logs}/app/x.log", f"{logs}/y.log"]
+        assert _scan(scanner, f"{logs}/**") == [
+            f"{logs}/", f"{logs}/app", f"{logs}/app/loop", f"{logs}/app/x.log", f"{logs}/y.log"]
+        assert _scan(scanner, f"{logs}/*/**/") == [f"{logs}/app/", f"{logs}/app/loop/", f"{logs}/app/loop/app/"]
+    for p in ("**/*.log", "**", "*/**/"):
+        assert _reference(f"{logs}/{p}") == _scan(scanner, f"{logs}/{p}")
+    # the base itself is the ancestor a link leads to: a link to its own directory too
+    os.symlink(".", logs / "self")
+    assert _scan(scanner, f"{logs}/**") == _reference(f"{logs}/**") == [
+        f"{logs}/", f"{logs}/app", f"{logs}/app/loop", f"{logs}/app/x.log", f"{logs}/self", f"{logs}/y.log"]
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_several_links_to_ancestors_do_not_make_the_walk_exponential(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "a" / "deep" / "er").mkdir(parents=True)
+    (logs / "top.log").write_bytes(b"x\n")
+    for d in ("a", "b", "c", "d", "a/deep", "a/deep/er"):
+        (logs / d).mkdir(exist_ok=True)
+        (logs / d / "x.log").write_bytes(b"x\n")
+    for d in ("a", "b", "c", "d", "a/deep/er"):
+        os.symlink(logs, logs / d / "up")                       # absolute, to the top
+        os.symlink("..", logs / d / "parent")                   # relative, one level up
+    os.symlink("../../..", logs / "a" / "deep" / "er" / "top")
+    (tmp_path / "pods" / "p").mkdir(parents=True)               # and a loop that starts outside the tree
+    (tmp_path / "pods" / "p" / "x.log").write_bytes(b"x\n")
+    os.symlink(tmp_path / "pods", tmp_path / "pods" / "p" / "back")
+    os.symlink(tmp_path / "pods", logs / "pods")
+    # glob's walk of this tree branches eleven ways at every level until the path is too long
+    t0 = time.monotonic()
+    scanner = Scanner()
+    to_top = [f"{d}/{link}" for d in ("a", "b", "c", "d", "a/deep/er") for link in ("up", "parent")
+              if (d, link) != ("a/deep/er", "parent")] + ["a/deep/er/top"]
+    assert _scan(scanner, f"{logs}/**/*.log") == sorted(
+        [f"{logs}/top.log"] + [f"{logs}/{d}/x.log" for d in ("a", "b", "c", "d", "a/deep", "a/deep/er")]
+        + [f"{logs}/{link}/top.log" for link in to_top]
+        + [f"{logs}/a/deep/er/parent/x.log", f"{logs}/pods/p/x.log"])
+    for p in ("**/*.log", "a/**/*.log", "a/deep/**", "*/**/x.log", "**/", "**/pods/**", "**"):
+        for _ in range(2):
+            got = _scan(scanner, f"{logs}/{p}")
+            assert got == _reference(f"{logs}/{p}"), p
+            assert len(got) < 1000, (p, len(got))
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_two_links_to_one_directory_beside_the_tree_are_both_walked_as_glob_does(tmp_path: Path) -> None:
+    (tmp_path / "pods" / "p1").mkdir(parents=True)
+    (tmp_path / "pods" / "p1" / "x.log").write_bytes(b"x\n")
+    (tmp_path / "logs" / "a").mkdir(parents=True)
+    os.symlink(tmp_path / "pods", tmp_path / "logs" / "one")
+    os.symlink("../../pods", tmp_path / "logs" / "a" / "two")
+    os.symlink("one", tmp_path / "logs" / "three")               # a link to a link to it
+    pattern = str(tmp_path / "logs/**/*.log")
+    got = _scan(Scanner(), pattern)
+    assert got == sorted(glob.glob(pattern, recursive=True)) == _reference(pattern)
+    assert got == [str(tmp_path / "logs" / p / "p1/x.log") for p in ("a/two", "one", "three")]
+
+
+def test_a_cut_loop_is_logged_once_per_link(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    logs = tmp_path / "logs"
+    (logs / "app").mkdir(parents=True)
+    os.symlink("..", logs / "app" / "loop")
+    os.symlink(logs, logs / "app" / "again")
+    caplog.set_level(logging.INFO, logger="shipper.tail.scan")
+    for _ in range(3):
+        _scan(Scanner(), f"{logs}/**/*.log")                    # other scanners, the same process
+        _scan(Scanner(), f"{logs}/*/**")
+    cut = [r for r in caplog.records if r.getMessage().startswith("a ** glob met a link back")]
+    assert sorted((r.__dict__["path"], r.__dict__["ancestor"]) for r in cut) == [
+        (f"{logs}/app/again", str(logs)), (f"{logs}/app/again/app", f"{logs}/app"),
+        (f"{logs}/app/loop", str(logs)), (f"{logs}/app/loop/app", f"{logs}/app")]
+    assert all(r.levelno == logging.INFO for r in cut)
+
+
+def _loops(root: str) -> bool:
+    """Whether a link under `root` leads to a directory in it (the only links into the tree that
+    `_apply_with_loops` makes are to an ancestor of the link)."""
+    real = os.path.realpath(root)
+    for r, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(r, n)
+            if os.path.islink(p) and os.path.isdir(p) and (
+                    os.path.realpath(p) + "/").startswith(real + "/"):
+                return True
+    return False
+
+
+def _apply_with_loops(root: str, ext: str, kind: str, where: str, name: str, other: str) -> None:
+    """`_apply`, and "link_up": a link (relative) in `where` to `other` when that is `where` or one of
+    its ancestors, else to the tree's top."""
+    if kind != "link_up":
+        _apply(root, ext, kind, where, name, other)
+        return
+    d = os.path.join(root, where)
+    if not os.path.isdir(d) or os.path.islink(d):
+        return
+    path = os.path.join(d, name)
+    up = other if where == other or where.startswith(other + "/") else ""
+    if os.path.islink(path):
+        os.unlink(path)
+    if os.path.lexists(path):
+        return
+    os.symlink(os.path.relpath(os.path.join(root, up), d), path)
+    _touch_dir(d)
+
+
+def _all_within(scanner: Scanner, root: str) -> dict[str, list[str]]:
+    scanner.begin()
+    out = {p: _within(scanner.iglob(os.path.join(root, p))) for p in PATTERNS}
+    scanner.end()
+    return out
+
+
+def _reference_all(root: str) -> dict[str, list[str]]:
+    out = {p: _reference(os.path.join(root, p)) for p in PATTERNS}
+    if not _loops(root):                 # where glob ends, the reference is glob
+        assert out == _glob(root)
+    return out
+
+
+op_with_loops = st.tuples(st.sampled_from(["file", "unlink", "mkdir", "rmtree", "rename", "link_dir", "link_file",
+                                           "dangling", "link_up", "link_up"]),
+                          st.sampled_from(DIRS + [""]), st.sampled_from(FILES + ["b", "c", "l"]),
+                          st.sampled_from(DIRS))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(DIRS), st.sampled_from(FILES)), max_size=12),
+       st.lists(st.tuples(st.sampled_from(DIRS + [""]), st.sampled_from(["l", "c"]), st.sampled_from(DIRS)),
+                max_size=3),
+       st.lists(op_with_loops, max_size=12))
+def test_the_scanner_cuts_links_to_ancestors_and_finds_the_rest_across_changes_to_the_tree(
+        start: list[tuple[str, str]], ups: list[tuple[str, str, str]], ops: list[tuple[str, str, str, str]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root, ext = os.path.join(tmp, "root"), os.path.join(tmp, "ext")
+        os.mkdir(root)
+        for d in ("a", "a/b", "b", ".h"):
+            os.makedirs(os.path.join(ext, d))
+            Path(ext, d, "x.log").write_bytes(b"x\n")
+        for d, f in start:
+            os.makedirs(os.path.join(root, d), exist_ok=True)
+            Path(root, d, f).write_bytes(b"x\n")
+        for where, name, other in ups:          # links to ancestors from the start
+            _apply_with_loops(root, ext, "link_up", where, name, other)
+        for d in [root, *_walk_dirs(root)]:
+            _touch_dir(d)
+        scanner = Scanner(now_ns=_ahead)
+        assert _all_within(scanner, root) == _reference_all(root)
+        for o in ops:
+            _apply_with_loops(root, ext, *o)
+            assert _all_within(scanner, root) == _reference_all(root), f"after {o}"
+        if scanner.scans % FULL_EVERY != FULL_EVERY - 1:
+            before = _all_within(scanner, root)
+            assert scanner.reused > 0 or not os.listdir(root)
+            assert before == _reference_all(root)
