@@ -151,7 +151,8 @@ def _command(system: str, tmp: str, log_path: str, url: str, args: argparse.Name
                 raise SystemExit("--profile needs py-spy: pip install py-spy (into the venv)")
             return [pyspy, "record", "-o", os.path.join(OUT_DIR, f"latency-shipper-{args.current_scenario}.folded"),
                     "--format", "raw",
-                    "--threads", "--function", "--rate", "250", "--nonblocking", "--subprocesses", "--", *cmd]
+                    "--threads", "--function", "--rate", str(args.profile_rate), "--nonblocking", "--subprocesses",
+                    *(["--gil"] if args.profile_gil else []), "--", *cmd]
         return cmd
     raise SystemExit(f"unknown system {system!r} (known: naive, shipper, sync, syslog-ng, rsyslog)")
 
@@ -335,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="shipper under cProfile (main thread; slower): .prof per scenario in bench/out")
     ap.add_argument("--profile", action="store_true",
                     help="run shipper under py-spy (bench/out/latency-shipper.folded, summarised here); skews figures")
+    ap.add_argument("--profile-rate", type=int, default=250, help="--profile: samples per second (default 250)")
+    ap.add_argument("--profile-gil", action="store_true",
+                    help="--profile: sample only the thread holding the GIL (Python's on-CPU time, no waits)")
     ap.add_argument("--show-slowest", type=int, default=0, metavar="K",
                     help="print the K requests that carried the oldest docs (when, how many, gap before)")
     ap.add_argument("--json", default=os.path.join(OUT_DIR, "last-latency.json"))

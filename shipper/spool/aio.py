@@ -8,8 +8,8 @@ reachable from the loop thread. WAL checkpoints run on a second thread with thei
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
+import queue
 import sqlite3
 import sys
 import threading
@@ -51,6 +51,75 @@ class WriteOrder:
         self.written = 0
 
 
+class SpoolThread:
+    """One thread that runs the calls handed to it in order, each answered as an asyncio future
+    on the loop that made it. It does what a one-worker ThreadPoolExecutor under `run_in_executor`
+    does, at a fraction of the loop's cost (issue 14): the executor builds a concurrent Future (a
+    Condition and its locks), a work item and a chained asyncio future per call, and its worker
+    signals the idle semaphore and the concurrent future's Condition before the loop hears of the
+    result; here a call is one tuple on a SimpleQueue and one `call_soon_threadsafe` back. Measured
+    at one call per 20 ms: 190 -> 80-110 us of process CPU per round trip.
+
+    A call whose future was cancelled before the thread took it is not run (run_in_executor's
+    behaviour); one cancelled while it runs still runs to its end, and its result is dropped."""
+
+    def __init__(self, name: str = "spool") -> None:
+        self._q: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any],
+                                         asyncio.AbstractEventLoop] | None] = queue.SimpleQueue()
+        # a daemon: an exit without close() does not wait for it (a transaction cut short is
+        # rolled back by SQLite at the next open; nothing is lost)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`fn(*args)` on the thread, behind every call made before; its future on the running loop."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._q.put((fn, args, fut, loop))
+        return fut
+
+    def stop(self, wait: bool = True) -> None:
+        """The thread ends after the calls handed to it before; `wait`: until it has."""
+        self._q.put(None)
+        if wait:
+            self._thread.join()
+
+    def _run(self) -> None:
+        get = self._q.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            fn, args, fut, loop = item
+            if fut.cancelled():         # read under the GIL: the loop cancelled it before its turn
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as e:  # handed to the caller, as an executor would
+                _answer(loop, _set_exception, fut, e)
+            else:
+                _answer(loop, _set_result, fut, result)
+            del item, fn, args, fut     # not kept alive while the thread waits for the next call
+
+
+def _answer(loop: asyncio.AbstractEventLoop, setter: Callable[[asyncio.Future[Any], Any], None],
+            fut: asyncio.Future[Any], value: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(setter, fut, value)
+    except RuntimeError:        # the loop is closed: nobody waits for the answer any more
+        pass
+
+
+def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
+    if not fut.cancelled():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future[Any], e: BaseException) -> None:
+    if not fut.cancelled():
+        fut.set_exception(e)
+
+
 def _open(state_dir: str) -> Spool:
     spool = Spool(state_dir, headroom=True)      # room kept for acks on a full disk (issue 19)
     spool.set_autocheckpoint(0)     # on the spool thread's connection: the checkpointer thread does it
@@ -72,7 +141,7 @@ class AsyncSpool:
     call was written.
     """
 
-    def __init__(self, spool: Spool, executor: concurrent.futures.ThreadPoolExecutor,
+    def __init__(self, spool: Spool, worker: SpoolThread | None = None,
                  checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> None:
         # The spool thread takes the GIL back after every SQLite step, gzip and join, while the
         # loop thread parses without pause. With the default 5 ms switch interval each of those
@@ -83,7 +152,7 @@ class AsyncSpool:
         if sys.getswitchinterval() > GIL_SWITCH_INTERVAL_S:
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         self._spool = spool
-        self._executor = executor
+        self._worker = worker if worker is not None else SpoolThread()
         self.dead_letters = spool.dead_letters      # kept current from the answers (for status)
         self._checkpoint_every_s = checkpoint_every_s
         self._acks: list[int] = []           # delivered, not yet deleted: the next commit carries them
@@ -98,21 +167,27 @@ class AsyncSpool:
     async def open(cls, state_dir: str, *, checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> AsyncSpool:
         """Open (and, after an older version, read in place) the spool under state_dir/spool, on
         the spool thread."""
-        executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
+        worker = SpoolThread()
         try:
-            spool = await asyncio.get_running_loop().run_in_executor(executor, _open, state_dir)
+            spool = await worker.call(_open, state_dir)
         except Exception:
-            executor.shutdown(wait=True)        # the open has ended: the thread is idle, it ends at once
+            worker.stop(wait=True)         # the open has ended: the thread is idle, it ends at once
             raise
         except BaseException:
-            executor.shutdown(wait=False)       # cancelled: the open may still run; its thread ends after
+            worker.stop(wait=False)        # cancelled: the open may still run; its thread ends after
             raise
-        return cls(spool, executor, checkpoint_every_s)
+        return cls(spool, worker, checkpoint_every_s)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        result = await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        self._ckpt_wake.set()     # something may have been written: the checkpointer looks (at its pace)
+        result = await self._worker.call(fn, *args)
+        self._written()
         return result
+
+    def _written(self) -> None:
+        """Something may have been written: the checkpointer looks (at its pace). Between its looks
+        the event stays set, so most calls pay only the test."""
+        if not self._ckpt_wake.is_set():
+            self._ckpt_wake.set()
 
     # ---------------------------------------------------------------- the API
 
@@ -160,10 +235,10 @@ class AsyncSpool:
             order.written = turn
             return out
 
-        fut = asyncio.get_running_loop().run_in_executor(self._executor, run)
+        fut = self._worker.call(run)
 
         def done(f: asyncio.Future[list[tuple[BatchMeta, bytes]]]) -> None:
-            self._ckpt_wake.set()
+            self._written()
             if f.cancelled() or f.exception() is not None:
                 if acks:
                     self._acks[:0] = acks    # not written: the next write (or the linger) carries them
@@ -259,7 +334,7 @@ class AsyncSpool:
         self._ckpt_wake.set()
         await asyncio.to_thread(self._ckpt_thread.join)
         await self._call(self._spool.close)
-        self._executor.shutdown(wait=True)
+        self._worker.stop(wait=True)       # idle now: it ends at once
 
     # ---------------------------------------------------------------- WAL checkpoints
 

@@ -182,3 +182,88 @@ async def test_open_failure_leaves_no_thread(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         await AsyncSpool.open(str(tmp_path))
     assert not [t for t in threading.enumerate() if t.name not in before and t.name.startswith("spool")]
+
+
+# ---------------------------------------------------------------- the spool thread
+
+async def test_spool_thread_runs_calls_in_order_and_answers_each() -> None:
+    from shipper.spool.aio import SpoolThread
+    worker = SpoolThread("spool-test")
+    seen: list[int] = []
+    threads: set[int] = set()
+
+    def step(i: int) -> int:
+        seen.append(i)
+        threads.add(threading.get_ident())
+        return i * i
+
+    try:
+        futs = [worker.call(step, i) for i in range(200)]
+        assert await asyncio.gather(*futs) == [i * i for i in range(200)]
+        assert seen == list(range(200))
+        assert len(threads) == 1 and threading.get_ident() not in threads
+    finally:
+        worker.stop()
+    assert not worker._thread.is_alive()
+
+
+async def test_spool_thread_hands_back_exceptions_and_goes_on() -> None:
+    from shipper.spool.aio import SpoolThread
+    worker = SpoolThread("spool-test")
+
+    def boom() -> None:
+        raise SpoolFullError("database or disk is full")
+
+    try:
+        with pytest.raises(SpoolFullError, match="disk is full"):
+            await worker.call(boom)
+        assert await worker.call(lambda: 7) == 7
+    finally:
+        worker.stop()
+
+
+async def test_spool_thread_skips_a_call_cancelled_before_its_turn() -> None:
+    from shipper.spool.aio import SpoolThread
+    worker = SpoolThread("spool-test")
+    gate = threading.Event()
+    ran: list[str] = []
+    try:
+        first = worker.call(gate.wait, 10)        # holds the thread until the gate opens
+        second = worker.call(ran.append, "second")
+        third = worker.call(ran.append, "third")
+        second.cancel()
+        gate.set()
+        assert await first is True
+        await third
+        assert ran == ["third"] and second.cancelled()
+    finally:
+        worker.stop()
+
+
+def test_spool_thread_answer_after_the_loop_closed_is_dropped() -> None:
+    """A call still running when its loop closes ends without an error on the thread, and the
+    thread takes the next call."""
+    from shipper.spool.aio import SpoolThread
+    worker = SpoolThread("spool-test")
+    gate, done = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    old_hook = threading.excepthook
+    threading.excepthook = lambda a: errors.append(a.exc_value)  # type: ignore[assignment,return-value]
+
+    async def start() -> None:
+        worker.call(gate.wait, 10)
+
+    try:
+        asyncio.run(start())          # the loop is closed once start() returns: the call still waits
+        gate.set()
+
+        async def after() -> int:
+            v = await worker.call(lambda: 5)
+            done.set()
+            return v
+
+        assert asyncio.run(after()) == 5 and done.is_set()
+        assert errors == []
+    finally:
+        threading.excepthook = old_hook
+        worker.stop()

@@ -5,7 +5,6 @@ max_page_count, which fails exactly like ENOSPC does (SQLITE_FULL: "database or 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from tests.support.pipeline_rig import FakeClock, RecordingEvents
 
 
 def open_spool_of(spool: Spool) -> AsyncSpool:
-    return AsyncSpool(spool, concurrent.futures.ThreadPoolExecutor(max_workers=1))
+    return AsyncSpool(spool)
 
 
 def _fill(spool: Spool, spare_pages: int = 4) -> None:

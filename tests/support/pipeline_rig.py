@@ -9,7 +9,6 @@ The reader loop itself runs under the same clock in tests/component/test_reader_
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -46,7 +45,7 @@ def make_config(tmp_path: Path, paths: Iterable[str], **kw: Any) -> Config:
 
 def open_spool(state_dir: str) -> AsyncSpool:
     """An AsyncSpool opened synchronously (a test's setup; the daemon uses `await AsyncSpool.open`)."""
-    return AsyncSpool(Spool(state_dir), concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool"))
+    return AsyncSpool(Spool(state_dir))
 
 
 class Stepped:
