@@ -7,6 +7,7 @@ is not cached is read from the spool first. Nothing leaves the queue before Elas
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -20,10 +21,9 @@ from shipper.spool.writer import DiskWait
 
 log = logging.getLogger("shipper.output")
 
-# An idle sender waits for `outbox.ready`, which is set by every batch added and when reading is
-# done (the end the senders return at); the timeout is only a safety net, long so an idle daemon
-# does not wake its max_in_flight senders every second.
-IDLE_WAIT_S = 30.0
+# An idle sender waits for `outbox.wait_for_batch()`, woken by a batch added and when reading is
+# done (the end the senders return at). No timeout: an idle daemon does not wake its
+# max_in_flight senders at all.
 
 
 class Delivery:
@@ -42,14 +42,16 @@ class Delivery:
         """Take batches in order and deliver each; return once reading is done and nothing is left."""
         ob = self.outbox
         while True:
-            # a batch wakes one idle sender, not all of them (each woken one would only wait again)
-            async with ob.idle_sender:
-                while not len(ob):
-                    ob.ready.clear()
-                    if self._finished():
-                        return
-                    await self.clock.wait(ob.ready, IDLE_WAIT_S)
-                meta, body = ob.take()
+            while not len(ob):
+                if self._finished():
+                    return
+                woken = ob.wait_for_batch()
+                try:
+                    await woken
+                except asyncio.CancelledError:
+                    ob.pass_wake_on(woken)
+                    raise
+            meta, body = ob.take()
             try:
                 if body is None:
                     body = await self.spool.read(meta.seq)

@@ -296,7 +296,7 @@ class Pipeline:
         finally:
             self.reading_done = True
             self._read_done.set()
-            self.outbox.ready.set()
+            self.outbox.wake_all()
 
     # ---------------------------------------------------------------- status
 

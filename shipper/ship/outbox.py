@@ -31,8 +31,8 @@ class Outbox:
         self.in_flight = 0
         self.shipped_total = 0
         self.changes = 0            # bumped whenever `pending` changes (what shipped_offsets() says)
-        self.ready = asyncio.Event()
-        self.idle_sender = asyncio.Lock()     # one idle sender waits for a batch, the others queue behind it
+        # idle senders, first come first woken: a batch added wakes one of them (`wait_for_batch`)
+        self._idle: deque[asyncio.Future[None]] = deque()
         self.space = asyncio.Event()
         self.paused = False
 
@@ -43,8 +43,7 @@ class Outbox:
         """At start: what the spool still holds, in order (bodies are read when sent)."""
         for meta in pending:
             self._queue(meta, None)
-        if self._waiting:
-            self.ready.set()
+        self._wake(len(self._waiting))
 
     def add(self, batches: list[tuple[BatchMeta, bytes]], *, cache: bool = True) -> None:
         for meta, stored in batches:
@@ -53,8 +52,40 @@ class Outbox:
             self._queue(meta, stored if keep else None)
             self.events.events_queued(meta.events, meta.stored_bytes)
         if batches:
-            self.ready.set()
+            self._wake(len(batches))
             self.events.queue_state(self.queue_events, self.queue_bytes)
+
+    # ---------------------------------------------------------------- idle senders
+
+    def wait_for_batch(self) -> asyncio.Future[None]:
+        """For an idle sender: done when a batch it may take was added (another sender coming back
+        from a request may take it first: look again), or at `wake_all`. A batch wakes one idle
+        sender, not all of them, and a sender coming back from an ack takes the next batch
+        without waiting (issue 14: one wake-up per batch, where a lock handed from one idle sender
+        to the next woke a second one for every batch)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._idle.append(fut)
+        return fut
+
+    def pass_wake_on(self, fut: asyncio.Future[None]) -> None:
+        """A sender stops waiting (cancelled): the wake it may have been given goes to the next one."""
+        try:
+            self._idle.remove(fut)
+        except ValueError:           # woken already: that wake is someone else's now
+            if fut.done() and not fut.cancelled():
+                self._wake(1)
+
+    def wake_all(self) -> None:
+        """Every idle sender looks again (reading is done: they may have to return)."""
+        self._wake(len(self._idle))
+
+    def _wake(self, n: int) -> None:
+        idle = self._idle
+        while n > 0 and idle:
+            fut = idle.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                n -= 1
 
     def _queue(self, meta: BatchMeta, body: bytes | None) -> None:
         self._waiting.append((meta, body))
