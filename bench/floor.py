@@ -23,6 +23,7 @@ imports and the first request). Clients:
 
     python bench/floor.py URL [-n 400] [--interval-ms 40] [--lines 1]
                           [--client sleep|aiohttp|raw|thread|spool|sync-sleep|sync-raw|sync-spool|both|all]
+                          [--handover spoolthread|executor]
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import resource
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from isal import igzip
@@ -89,9 +91,12 @@ async def _measure(client: str, post: Post, n: int, interval_s: float,
 
 
 async def run_raw(url: str, n: int, interval_s: float, body: bytes = BODY, lines: int = 1,
-                  mode: str = "raw") -> dict[str, float | str]:
+                  mode: str = "raw", handover: str = "spoolthread") -> dict[str, float | str]:
     """The same cycle on shipper's own HTTP/1.1 client (shipper/ship/http1.py); mode `thread`
-    gzips each body on a one-worker thread, `spool` commits it there (see the module's doc)."""
+    gzips each body on a one-worker thread, `spool` commits it there (see the module's doc). The
+    thread is `handover`: the daemon's `SpoolThread` (shipper/spool/aio.py), or `executor`, a
+    one-worker ThreadPoolExecutor under `run_in_executor` (the daemon's before issue 14's
+    thirteenth round)."""
     import tempfile
     from urllib.parse import urlsplit
 
@@ -103,24 +108,35 @@ async def run_raw(url: str, n: int, interval_s: float, body: bytes = BODY, lines
     async def post(body: bytes) -> tuple[int, bytes]:
         r = await pool.request(origin, "POST", "/_bulk?filter_path=errors", HEADERS, body)
         return r.status, r.body
+    from shipper.spool.aio import SpoolThread
     loop = asyncio.get_running_loop()
     executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="floor")
+    worker = SpoolThread("floor")
+
+    def on_thread(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        if handover == "executor":
+            return loop.run_in_executor(executor, fn, *args)
+        return worker.call(fn, *args)
     tmp = tempfile.TemporaryDirectory(prefix="floor-")
     prepare: Prepare | None = None
     if mode == "thread":
         async def prepare() -> bytes:
-            return await loop.run_in_executor(executor, igzip.compress, body, 1)
+            return await on_thread(igzip.compress, body, 1)
     elif mode == "spool":
         from cold import spool_committer
-        commit = await loop.run_in_executor(executor, spool_committer, tmp.name, body, lines)
+        commit = await on_thread(spool_committer, tmp.name, body, lines)
 
         async def prepare() -> bytes:
-            return await loop.run_in_executor(executor, commit)
+            return await on_thread(commit)
     try:
-        return await _measure(mode, post, n, interval_s, prepare, body)
+        out = await _measure(mode, post, n, interval_s, prepare, body)
+        if mode in ("thread", "spool"):
+            out["handover"] = handover
+        return out
     finally:
         pool.close()
         executor.shutdown()
+        worker.stop()
         tmp.cleanup()
 
 
@@ -187,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                          "client, that client with a thread hand-over or a spool commit per request; "
                          "sync-*: sleep, raw and spool with no event loop (one thread, blocking I/O); "
                          "both: aiohttp and raw; all: all eight")
+    ap.add_argument("--handover", choices=("spoolthread", "executor"), default="spoolthread",
+                    help="thread, spool: the daemon's SpoolThread (default) or a ThreadPoolExecutor")
     args = ap.parse_args(argv)
     clients = {"both": ("aiohttp", "raw"), "all": ("sleep", "aiohttp", "raw", "thread", "spool", *SYNC)}.get(
         args.client, (args.client,))
@@ -199,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         elif client == "aiohttp":
             result = asyncio.run(run(args.url, args.n, args.interval_ms / 1000, body))
         else:
-            result = asyncio.run(run_raw(args.url, args.n, args.interval_ms / 1000, body, args.lines, client))
+            result = asyncio.run(run_raw(args.url, args.n, args.interval_ms / 1000, body, args.lines, client,
+                                         args.handover))
         result["lines"] = args.lines
         print(json.dumps(result))
     return 0
