@@ -169,3 +169,45 @@ def test_health_503_while_output_down_past_threshold(tmp_path: Path, es: ES, fau
     assert d.alive
     seen = d.output() + json.dumps(doc) + table + json.dumps(body)
     assert SECRET not in seen, "the password leaked into the daemon's output or status"
+
+
+def test_an_idle_daemon_vouches_for_status_json_without_rewriting_it(tmp_path: Path, es: ES,
+                                                                      daemon_factory: Any) -> None:
+    """Issue 14: nothing changed, so status.json is not serialised again (a row per file) every
+    6 s: its mtime moves (one utime), its inode and bytes stay, and `shipper status` reads the
+    mtime as `updated`. A change is written at once."""
+    import os
+    import time
+
+    from shipper.commands.status import _read_status_file
+    log = tmp_path / "app.log"
+    write_lines(log, range(20))
+    d = daemon_factory(_config(tmp_path, es.url, log))
+    d.wait_ready()
+    state = str(tmp_path / "state")
+    path = Path(state) / "status.json"
+    size = log.stat().st_size
+
+    def shipped_in_file() -> bool:
+        got = _read_status_file(state)
+        return bool(got) and any(f["path"] == str(log) and f["offset"] == size for f in got["files"]) \
+            and got["queue"]["events"] == 0 and got["output"]["up"] is True
+
+    wait_until(shipped_in_file, "status.json to show the file shipped", timeout_s=20)
+    # rates and ETAs decay for a while after the last line: wait for the file to settle first
+    first = path.stat()
+    wait_until(lambda: path.stat().st_mtime_ns > first.st_mtime_ns and path.stat().st_ino == first.st_ino,
+               "status.json vouched for (mtime moved, same file)", timeout_s=30)
+    st = path.stat()
+    body = path.read_bytes()
+    wait_until(lambda: path.stat().st_mtime_ns > st.st_mtime_ns, "a second vouch", timeout_s=15)
+    assert path.stat().st_ino == st.st_ino and path.read_bytes() == body     # not rewritten
+    doc = _read_status_file(state)
+    assert doc is not None and abs(float(doc["updated"]) - path.stat().st_mtime) < 0.01
+    assert float(doc["updated"]) > float(os.path.getmtime(path)) - 0.01 and time.time() - float(doc["updated"]) < 10
+
+    write_lines(log, range(20, 30))            # a change: rewritten within a status tick or two
+    size2 = log.stat().st_size
+    wait_until(lambda: any(f["path"] == str(log) and f["offset"] == size2
+                           for f in (_read_status_file(state) or {}).get("files", [])),
+               "status.json rewritten with the new offset", timeout_s=15)

@@ -64,3 +64,25 @@ def test_material_leaves_the_document_itself_whole() -> None:
     before = copy.deepcopy(doc)
     material(doc)
     assert doc == before
+
+
+def test_status_file_reader_takes_a_newer_mtime_as_updated(tmp_path: Any) -> None:
+    """The daemon vouches for an unchanged status.json by moving its mtime (service.vouch_status)."""
+    import os
+
+    import orjson
+
+    from shipper.commands.status import _read_status_file
+    from shipper.service import STATUS_FILE, vouch_status
+    doc = _doc()
+    path = tmp_path / STATUS_FILE
+    path.write_bytes(orjson.dumps(doc))
+    os.utime(path, (doc["updated"] + 30, doc["updated"] + 30))
+    got = _read_status_file(str(tmp_path))
+    assert got is not None and got["updated"] == pytest.approx(doc["updated"] + 30)
+    os.utime(path, (doc["updated"] - 30, doc["updated"] - 30))     # older than the doc: the doc's own time
+    got = _read_status_file(str(tmp_path))
+    assert got is not None and got["updated"] == doc["updated"]
+    assert vouch_status(str(tmp_path))
+    assert abs(os.path.getmtime(path) - __import__("time").time()) < 5
+    assert not vouch_status(str(tmp_path / "nowhere"))
