@@ -278,15 +278,14 @@ class Service:
                 doc = self.status_doc(snap, files, room)
                 same = material(doc, memo)
                 full = {k: v for k, v in doc.items() if k != "updated"}
-                if now - last_vouched < STATUS_SAME_EVERY_S - IDLE_EARLY_S and same == last_doc:
-                    pass
-                elif same != last_doc or (full != last_full and now - last_written >= STATUS_DRIFT_EVERY_S - IDLE_EARLY_S) \
-                        or not vouch_status(self.cfg.state_dir):
+                drifted = full != last_full and now - last_written >= STATUS_DRIFT_EVERY_S - IDLE_EARLY_S
+                vouch_due = now - last_vouched >= STATUS_SAME_EVERY_S - IDLE_EARLY_S
+                # vouching is one utime on the loop (no thread); a file not there is written instead
+                if same != last_doc or drifted or (vouch_due and not vouch_status(self.cfg.state_dir)):
                     await asyncio.to_thread(self._write_status_safe, doc)
-                    last_doc, last_full, last_written = same, full, now
+                    last_doc, last_full, last_written, last_vouched = same, full, now, now
+                elif vouch_due:
                     last_vouched = now
-                else:
-                    last_vouched = now        # the utime above: one syscall on the loop, no thread
                 next_status = now + STATUS_EVERY_S
             if wd and now >= next_wd - IDLE_EARLY_S:
                 sdnotify.watchdog_ping()

@@ -105,6 +105,18 @@ def _apply(root: str, ext: str, kind: str, where: str, name: str, other: str) ->
         _touch_dir(d)
 
 
+def _start_tree(root: str, ext: str, start: list[tuple[str, str]]) -> None:
+    """`root` with the files `start` names, and beside it `ext`, what links lead to (some of DIRS
+    are missing there)."""
+    os.mkdir(root)
+    for d in ("a", "a/b", "b", ".h"):
+        os.makedirs(os.path.join(ext, d))
+        Path(ext, d, "x.log").write_bytes(b"x\n")
+    for d, f in start:
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+        Path(root, d, f).write_bytes(b"x\n")
+
+
 def _walk_dirs(root: str) -> Iterator[str]:
     for r, dirs, _files in os.walk(root):
         for x in dirs:
@@ -117,13 +129,7 @@ def test_the_scanner_finds_what_glob_finds_across_changes_to_the_tree(
         start: list[tuple[str, str]], ops: list[tuple[str, str, str, str]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root, ext = os.path.join(tmp, "root"), os.path.join(tmp, "ext")
-        os.mkdir(root)
-        for d in ("a", "a/b", "b", ".h"):       # what links lead to; some of DIRS are missing there
-            os.makedirs(os.path.join(ext, d))
-            Path(ext, d, "x.log").write_bytes(b"x\n")
-        for d, f in start:
-            os.makedirs(os.path.join(root, d), exist_ok=True)
-            Path(root, d, f).write_bytes(b"x\n")
+        _start_tree(root, ext, start)
         for d in [root, *_walk_dirs(root)]:
             _touch_dir(d)
         scanner = Scanner(now_ns=_ahead)
@@ -509,13 +515,7 @@ def test_the_scanner_cuts_links_to_ancestors_and_finds_the_rest_across_changes_t
         start: list[tuple[str, str]], ups: list[tuple[str, str, str]], ops: list[tuple[str, str, str, str]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root, ext = os.path.join(tmp, "root"), os.path.join(tmp, "ext")
-        os.mkdir(root)
-        for d in ("a", "a/b", "b", ".h"):
-            os.makedirs(os.path.join(ext, d))
-            Path(ext, d, "x.log").write_bytes(b"x\n")
-        for d, f in start:
-            os.makedirs(os.path.join(root, d), exist_ok=True)
-            Path(root, d, f).write_bytes(b"x\n")
+        _start_tree(root, ext, start)
         for where, name, other in ups:          # links to ancestors from the start
             _apply_with_loops(root, ext, "link_up", where, name, other)
         for d in [root, *_walk_dirs(root)]:
