@@ -278,7 +278,8 @@ class Service:
                 doc = self.status_doc(snap, files, room)
                 same = material(doc, memo)
                 full = {k: v for k, v in doc.items() if k != "updated"}
-                drifted = full != last_full and now - last_written >= STATUS_DRIFT_EVERY_S - IDLE_EARLY_S
+                # the clock first: comparing the whole doc (a row per file) is worth it once a minute
+                drifted = now - last_written >= STATUS_DRIFT_EVERY_S - IDLE_EARLY_S and full != last_full
                 vouch_due = now - last_vouched >= STATUS_SAME_EVERY_S - IDLE_EARLY_S
                 # vouching is one utime on the loop (no thread); a file not there is written instead
                 if same != last_doc or drifted or (vouch_due and not vouch_status(self.cfg.state_dir)):
