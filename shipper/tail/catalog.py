@@ -9,7 +9,7 @@ owned here; the source reading an incarnation advances its own, and drafts take 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, KeysView
 from typing import TypeVar
 
 from shipper.model import Checkpoint
@@ -43,6 +43,10 @@ class Catalog:
     def paths(self) -> list[str]:
         """Every path some incarnation was read at."""
         return list(self._by_path)
+
+    def path_set(self) -> KeysView[str]:
+        """The same as a live set view (set operations against it run in C, nothing is copied)."""
+        return self._by_path.keys()
 
     def at_path(self, path: str) -> list[Checkpoint]:
         return [self._cps[i] for i in self._by_path.get(path, ())]

@@ -32,8 +32,9 @@ class Recovery:
         self._orphan_seen: dict[str, tuple[str, int, int, int]] = {}   # inc -> where it was last found, unchanged
         self._orphan_paths: dict[str, str] = {}
         self._successor_paths: dict[str, tuple[float, int]] = {}
-        self.path_seen_at: dict[str, float] = {}    # path -> wall time of the last rescan that saw a file there
-        self.seen_before: dict[str, float] = {}     # the same, as of the rescan before this one
+        # the paths the last rescan saw a file at, and its wall time; the same for the rescan before
+        self._seen: tuple[float, set[str]] = (0.0, set())
+        self._seen_prev: tuple[float, set[str]] = (0.0, set())
         self.vanished: set[str] = set()             # known paths found empty (looked around once)
         self.dirty = False                          # an inode now held by a new incarnation: look again
 
@@ -124,9 +125,8 @@ class Recovery:
         prev = self.catalog.at_path(path)
         if not prev:
             return
-        since = self.seen_before.get(path)
-        if since is None:
-            since = max(c.updated for c in prev)
+        at, paths = self._seen_prev
+        since = at if path in paths else max(c.updated for c in prev)
         old = self._successor_paths.get(path)
         self._successor_paths[path] = (since if old is None else min(since, old[0]), idx)
 
@@ -164,17 +164,15 @@ class Recovery:
 
     def after_scan(self, scan_started: float, seen_paths: set[str], first: bool) -> list[str]:
         """Record which known paths the rescan saw; return the known paths to look around once:
-        all of them after a downtime (first scan), else those found empty for the first time."""
-        prev, self.path_seen_at = self.path_seen_at, {p: scan_started for p in seen_paths}
-        self.seen_before = prev
-        out = []
-        for path in self.catalog.paths():
-            if first:
-                out.append(path)
-            if path in seen_paths:
-                self.vanished.discard(path)
-            elif path not in self.vanished:
-                self.vanished.add(path)
-                if not first:
-                    out.append(path)
-        return out
+        all of them after a downtime (first scan), else those found empty for the first time.
+
+        Set operations, not a loop over the known paths: with a thousand files parked this ran
+        after every rescan and was a third of an idle daemon's Python time."""
+        self._seen_prev, self._seen = self._seen, (scan_started, seen_paths)
+        known = self.catalog.path_set()
+        newly = known - seen_paths
+        if self.vanished:
+            newly -= self.vanished
+            self.vanished -= seen_paths
+        self.vanished |= newly
+        return list(known) if first else list(newly)
