@@ -121,13 +121,15 @@ async def run_raw(url: str, n: int, interval_s: float, body: bytes = BODY, lines
     prepare: Prepare | None = None
     if mode == "thread":
         async def prepare() -> bytes:
-            return await on_thread(igzip.compress, body, 1)
+            out: bytes = await on_thread(igzip.compress, body, 1)
+            return out
     elif mode == "spool":
         from cold import spool_committer
         commit = await on_thread(spool_committer, tmp.name, body, lines)
 
         async def prepare() -> bytes:
-            return await on_thread(commit)
+            out: bytes = await on_thread(commit)
+            return out
     try:
         out = await _measure(mode, post, n, interval_s, prepare, body)
         if mode in ("thread", "spool"):

@@ -63,7 +63,8 @@ def objects_line(obj: bytes, size: int) -> bytes:
 
 
 def cases(size: int) -> list[tuple[str, bytes]]:
-    from bench.gen import PinoGenerator
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))     # gen.py
+    from gen import PinoGenerator
     pino = PinoGenerator(1, 350).batch(1)[0].encode()
     keys = 1000
     long_key = b"k" + b"x" * (size // keys - 20)
@@ -105,7 +106,7 @@ def handed_over(b: DocBuilder, events: list[tuple[int, int, bytes, int]]) -> int
         calls += 1
         return general(*args)  # type: ignore[arg-type]
 
-    b._build_general = counting  # type: ignore[method-assign]
+    b._build_general = counting  # type: ignore[method-assign, assignment]
     try:
         b.build("inc", "/x/a.log", events, NOW, [])
     finally:

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -41,6 +41,8 @@ from sink import SinkProcess  # noqa: E402
 
 from tests.support.rotate import rotate  # noqa: E402
 
+MODES: list[Literal["create", "copytruncate"]] = ["create", "copytruncate"]
+
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
@@ -49,10 +51,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     names = file_names(args.files)
     seq = make_files(root, names, 0, 3)
     busy = rng.sample(names, min(args.busy, len(names)))
-    policy = {}
+    policy: dict[str, tuple[Literal["create", "copytruncate"], bool, bool]] = {}
     for n in names:
         compress = rng.random() < 0.5
-        policy[n] = (rng.choice(["create", "copytruncate"]), compress, compress and rng.random() < 0.5)
+        policy[n] = (rng.choice(MODES), compress, compress and rng.random() < 0.5)
     cfg_path = shipper_config(tmp, os.path.join(root, "**", "*.log"), "http://127.0.0.1:9", log_level="info")
     with open(cfg_path) as f:
         cfg = yaml.safe_load(f)

@@ -50,9 +50,9 @@ def main() -> None:
         print(f"shipper.sdnotify: the receiver's queue was full after {sent} datagrams; the next call returned "
               f"{mine2.notify('WATCHDOG=1')} at once")
         theirs2.socket.settimeout(2.0)      # its socket is blocking: without a timeout this call never returns
-        t0 = time.monotonic()
+        started = time.monotonic()
         theirs2.notify("WATCHDOG=1")
-        print(f"sdnotify: the same call blocked its caller {time.monotonic() - t0:.1f} s (our 2 s timeout; by default forever)")
+        print(f"sdnotify: the same call blocked its caller {time.monotonic() - started:.1f} s (our 2 s timeout; by default forever)")
         os.environ["NOTIFY_SOCKET"] = path
         fresh = sdnotify.SystemdNotifier()
         fresh.notify("STATUS=caught up \u2013 3 files")

@@ -217,8 +217,8 @@ class Sink:
         site = web.TCPSite(self._runner, self.host, self.port, backlog=128)
         await site.start()
         server = site._server
-        assert server is not None and server.sockets  # type: ignore[union-attr]
-        port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        assert isinstance(server, asyncio.base_events.Server) and server.sockets
+        port = server.sockets[0].getsockname()[1]
         self.port = port
         self.url = f"http://{self.host}:{port}"
         return self.url
@@ -275,7 +275,7 @@ class Sink:
         stats = self.stats
         stats.bytes_received += len(raw)
         if request.headers.get("Content-Encoding", "").lower() == "gzip":
-            body = _gzip.decompress(raw)
+            body = _gzip.decompress(raw)  # type: ignore[no-untyped-call]   # isal's igzip.decompress has no annotations
             stats.gzip_requests += 1
         else:
             body = raw
@@ -515,8 +515,9 @@ def keep_buffers_in_heap() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):      # not glibc: nothing to tune
         return False
-    ok = mallopt(_M_MMAP_THRESHOLD, _HEAP_BUFFERS_UP_TO) == 1
-    return ok and mallopt(_M_TRIM_THRESHOLD, 2 * _HEAP_BUFFERS_UP_TO) == 1
+    ok: bool = mallopt(_M_MMAP_THRESHOLD, _HEAP_BUFFERS_UP_TO) == 1
+    trimmed: bool = mallopt(_M_TRIM_THRESHOLD, 2 * _HEAP_BUFFERS_UP_TO) == 1
+    return ok and trimmed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,9 +57,10 @@ import diskcache
 import orjson
 from isal import igzip
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # shipper
+sys.path.insert(0, str(Path(__file__).resolve().parent))      # gen.py
 
-from bench.gen import PinoGenerator  # noqa: E402
+from gen import PinoGenerator  # noqa: E402
 
 DOCS = 2000
 ITERS = 150
@@ -281,7 +282,7 @@ def run_once(names: list[str], stored: bytes, raw_len: int, vacuum: str, busy: b
             # bench instrumentation only: a statement's triggers (diskcache's count/size bookkeeping)
             # are traced again with the statement's text, so repeats in a row count once
             counting: list[str] = []
-            cache._con.set_trace_callback(lambda s, c=counting: bool(c) and c[-1] == s or c.append(s))  # type: ignore[misc]
+            cache._con.set_trace_callback(lambda s, c=counting: bool(c) and c[-1] == s or c.append(s))
             lays[name].commit(1, stored, meta_of(1, raw_len, len(stored)), checkpoints(1))
             n_commit = len(counting)
             counting.clear()
@@ -394,7 +395,8 @@ def run_spools(stored: bytes, busy: bool, iters: int) -> dict[str, dict[str, flo
         spools = {"073664d": old_spool_class()(os.path.join(tmp, "old")), "new": Spool(os.path.join(tmp, "new"))}
         for sp in spools.values():
             sp.set_autocheckpoint(0)
-        samples = {n: {"commit_cpu": [], "commit_wall": [], "ack_cpu": [], "ack_wall": []} for n in spools}
+        samples: dict[str, dict[str, list[int]]] = {
+            n: {"commit_cpu": [], "commit_wall": [], "ack_cpu": [], "ack_wall": []} for n in spools}
         tt, pc = time.thread_time_ns, time.perf_counter_ns
 
         def loop() -> None:

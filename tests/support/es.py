@@ -201,7 +201,8 @@ class ES:
 
 def seq_key(doc: dict[str, Any]) -> Hashable:
     """The default identity of a written line: the pino `seq` field in `_source`."""
-    return doc["_source"]["seq"]
+    seq: Hashable = doc["_source"]["seq"]
+    return seq
 
 
 def assert_exactly_once(
