@@ -65,6 +65,8 @@ class FileSource:
         self._named: set[str] = set()            # paths inotify named, for the parked files' recheck
         self._unannounced: dict[int, OpenFile] = {}   # id -> quiet file a full check found changed, unnamed so far
         self._drops = 0                          # the watcher's `dropped` when last looked at
+        self._scan_drops = 0                     # the same, when the last rescan began
+        self._named_lost = False                 # names dropped (too many): the next rescan stats every parked file
         self._dropped_at = float("-inf")         # monotonic: when it was seen to have grown
         self._next_full = 0.0                    # monotonic: the next full look at every open file
         self._full_check = True                  # a full check is due
@@ -102,8 +104,6 @@ class FileSource:
         if now >= self._next_scan or (wanted and now - self._last_scan >= gap):
             if w is not None:
                 w.scan_wanted = False
-                self._take_named()
-                self._named.clear()      # the rescan looks at every parked file
             self._rescan_soon = False
             await self.rescan()
             self.scanned.set()
@@ -166,6 +166,7 @@ class FileSource:
                 self._unannounced.pop(id(f), None)
         if len(self._named) + len(paths) > discovery.MAX_PENDING_PATHS:
             self._named.clear()
+            self._named_lost = True
             self._rescan_soon = True       # too many to recheck one by one: the rescan looks at all
         else:
             self._named.update(paths)
@@ -308,13 +309,55 @@ class FileSource:
                 return i
         return None
 
-    def _scan_thread(self, known: dict[str, Key]) -> tuple[list[tuple[str, int, os.stat_result]], set[str], dict[str, Key]]:
+    def _named_for_scan(self) -> set[str] | None:
+        """Every path inotify named since the last look (read now: the rescan relies on it), for
+        the rescan to stat afresh; None when some may be missing (too many to keep)."""
+        w = self._watcher
+        if w is None:
+            return None
+        w.poll()
+        self._take_named()
+        named, self._named = self._named, set()
+        if self._named_lost:
+            self._named_lost = False
+            return None
+        return named
+
+    def _known_for_scan(self, named: set[str] | None) -> tuple[dict[str, Key], set[str]]:
+        """The files whose last lstat the rescan may reuse where their directory is unchanged, and
+        those of them it must stat afresh all the same. Reused: the open ones (their fd tells size
+        and times), and the parked ones inotify did not name since the last look, while it names
+        every write. Stat'ed afresh: a parked file named, or once written where no event named it
+        (`FileSet.unreported`); every parked file after lost events or names; all of them at the
+        Scanner's scans that reuse nothing (one in FULL_EVERY), which catch a write no event named
+        (a hard link elsewhere, mmap, another host on NFS) within a minute at the default
+        scan_interval. Where inotify may not name a write, parked files are not known at all."""
+        known = self.files.open_paths()
+        fresh: set[str] = set()
+        w = self._watcher
+        drops = w.dropped if w is not None else 0
+        if self._targeted():
+            parked = self.files.parked_paths()
+            trusted = named is not None and drops == self._scan_drops
+            unreported = self.files.unreported
+            for path, key in parked.items():
+                if path not in known:
+                    known[path] = key
+                    if not trusted or key in unreported:
+                        fresh.add(path)
+            if trusted and named:
+                fresh.update(p for p in (os.path.normpath(n) for n in named) if p in parked)
+        self._scan_drops = drops
+        return known, fresh
+
+    def _scan_thread(self, known: dict[str, Key], fresh: set[str]) -> tuple[list[tuple[str, int, os.stat_result]], set[str],
+                                                                         dict[str, Key]]:
         """The rescan's blocking part: (entries, the paths whose entry is the last scan's stat of a
         file open there, path -> (dev, inode) of every entry)."""
         link_paths: set[str] = set()
         reused: set[str] = set()
         entries = discovery.scan_stat(self.cfg.inputs, link_paths, scanner=self._scanner, known=known,
-                                      reused=reused)
+                                      reused=reused, fresh=fresh)
         at = {path: (st.st_dev, st.st_ino) for path, _idx, st in entries}
         # symlinks: rotated copies lie beside their targets; their directories are watched
         links = discovery.resolve_links(link_paths)
@@ -333,7 +376,8 @@ class FileSource:
         self._last_scan = self.clock.monotonic()
         scan_started = self.clock.time()
         t0 = time.monotonic()
-        entries, reused, at = await asyncio.to_thread(self._scan_thread, self.files.open_paths())
+        known, fresh = self._known_for_scan(self._named_for_scan())
+        entries, reused, at = await asyncio.to_thread(self._scan_thread, known, fresh)
         self._scan_cost_s = time.monotonic() - t0
         watcher = self._watcher
         if watcher is not None and watcher.incomplete is not None and not self._warned_incomplete:
@@ -367,8 +411,9 @@ class FileSource:
                     w.path, w.input_idx = path, idx    # rotated names shift: open it where it is now
                 continue
             p = files.parked.get(key)
-            # reused: open when the scan began, parked since by the check above (its size is that
-            # check's); else a changed size or mtime reopens it
+            # reused: open when the scan began and parked since by the check above (its size is that
+            # check's), or parked and not named by inotify since (_known_for_scan); else a changed
+            # size or mtime reopens it
             if p is not None and (path in reused or (p.size == st.st_size and p.mtime_ns == st.st_mtime_ns)):
                 continue
             files.waiting[key] = Candidate(path, idx, key, "glob", first_scan=first)

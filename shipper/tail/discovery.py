@@ -22,7 +22,7 @@ import struct
 import sys
 import threading
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,8 @@ def is_excluded(path: str, excludes: Sequence[str]) -> bool:
 
 def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None, *, scanner: Scanner | None = None,
               known: Mapping[str, tuple[int, int]] | None = None,
-              reused: set[str] | None = None) -> list[tuple[str, int, os.stat_result]]:
+              reused: set[str] | None = None,
+              fresh: Container[str] = ()) -> list[tuple[str, int, os.stat_result]]:
     """Every regular file matched now, with its stat: (path, index of the first input whose globs
     match it, stat). A symlink and its target, or two links to one file, are followed once: the
     identity is (dev, inode), so no realpath walk is needed. The matched paths that are symbolic
@@ -65,7 +66,8 @@ def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None, *, s
     With a `scanner` (the daemon's rescans), directories unchanged since its last scan are not
     listed again, and a file `known` to be open at its path (path -> (dev, inode)) in such a
     directory is not stat'ed again: its entry carries the last scan's stat (the identity holds;
-    size and times are the open fd's business) and its path is added to `reused`."""
+    size and times are the open fd's business) and its path is added to `reused`. A `known` path
+    in `fresh` is stat'ed all the same (and its stat kept for the next scan)."""
     out: list[tuple[str, int, os.stat_result]] = []
     paths: set[str] = set()
     seen: set[tuple[int, int]] = set()
@@ -82,7 +84,7 @@ def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None, *, s
                 st: os.stat_result | None = None
                 if scanner is not None and known:
                     k = known.get(path)
-                    if k is not None:
+                    if k is not None and path not in fresh:
                         st = scanner.known_stat(path)
                         if st is not None and (st.st_dev, st.st_ino) != k:
                             st = None

@@ -236,6 +236,10 @@ class FileSet:
             del self._parked_paths[p.path]
         return p
 
+    def parked_paths(self) -> dict[str, Key]:
+        """(normalised path -> key) of the parked files, for the scan thread."""
+        return {os.path.normpath(path): key for path, key in self._parked_paths.items()}
+
     def parked_at(self, path: str) -> Key | None:
         return self._parked_paths.get(path)
 
