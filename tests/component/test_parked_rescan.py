@@ -25,14 +25,11 @@ import pytest
 
 from shipper.tail import discovery
 from shipper.tail.scan import FULL_EVERY, Scanner
+from tests.component.test_quiet_files import _line
 from tests.component.test_scan import _ahead, _touch_dir
 from tests.support.pipeline_rig import Rig
 
 FILES = ("a.log", "b.log", "c.log")
-
-
-def _line(n: int) -> bytes:
-    return b'{"level":30,"time":1764000000000,"msg":"m%d"}\n' % n
 
 
 @pytest.fixture
