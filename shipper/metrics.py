@@ -52,7 +52,7 @@ HELP = {
     "shipper_events_shipped_total": ("counter", "Events acknowledged by Elasticsearch (409 duplicates included)."),
     "shipper_events_dead_letter_total": ("counter", "Events rejected for good and kept in the dead-letter queue."),
     "shipper_bulk_requests_total": ("counter", "Bulk requests by HTTP status, or error when no answer came."),
-    "shipper_bulk_items_total": ("counter", "Items inside bulk answers, by status."),
+    "shipper_bulk_items_total": ("counter", "Items inside bulk answers, by status (failure_store: taken into the data stream's failure store)."),
     "shipper_retries_total": ("counter", "Bulk attempts that had to be retried."),
     "shipper_queue_events": ("gauge", "Events in the on-disk queue, not yet acknowledged."),
     "shipper_queue_bytes": ("gauge", "Bytes the queue holds on disk."),
@@ -292,7 +292,7 @@ class TelemetryEvents(Events):
             self.m.hist["shipper_bulk_docs"].observe(docs)
             self.m.hist["shipper_bulk_request_bytes"].observe(nbytes)
 
-    def bulk_items(self, statuses: dict[int, int]) -> None:
+    def bulk_items(self, statuses: dict[int | str, int]) -> None:
         for s, n in statuses.items():
             self.m.inc("shipper_bulk_items_total", n, status=str(s))
 

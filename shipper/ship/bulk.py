@@ -14,7 +14,13 @@ import orjson
 
 from shipper.ship import batching
 
-FILTER_PATH = "errors,items.*.status,items.*.error.type,items.*.error.reason,items.*.error.caused_by.type,items.*.error.caused_by.reason"
+FILTER_PATH = ("errors,items.*.status,items.*.failure_store,items.*.error.type,items.*.error.reason,"
+               "items.*.error.caused_by.type,items.*.error.caused_by.reason")
+# An item Elasticsearch took into the data stream's failure store (8.19/9.x: the document did not
+# index, e.g. a mapping conflict, and was stored beside the stream with the error): `status` is
+# 2xx, `errors` may be false. Delivered, and counted apart under this status label.
+FAILURE_STORE = "failure_store"
+FAILURE_STORE_MARK = b'"failure_store"'      # in a raw answer: its items must be read one by one
 
 # item errors that a later attempt can cure
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -31,7 +37,8 @@ class Outcome:
     delivered: list[int] = field(default_factory=list)
     retry: list[int] = field(default_factory=list)
     dead: list[tuple[int, int, str]] = field(default_factory=list)   # (item index, status, reason)
-    statuses: dict[int, int] = field(default_factory=dict)             # status -> count
+    statuses: dict[int | str, int] = field(default_factory=dict)       # status (or FAILURE_STORE) -> count
+    failure_store: list[int] = field(default_factory=list)             # delivered into the failure store
     blocked: bool = False            # some item failed on auth or an index block (slow retries)
     pushback: bool = False           # some item was rejected for load (429, 503): slow down
     first_error: str | None = None   # the first retry reason, for the log
@@ -85,6 +92,11 @@ def classify(answer: dict[str, Any], count: int) -> Outcome:
     for i, item in enumerate(items):
         body = next(iter(item.values())) if isinstance(item, dict) and item else {}
         status = _int(body.get("status")) if isinstance(body, dict) else 0
+        if 200 <= status < 300 and body.get("failure_store") == "used":
+            out.statuses[FAILURE_STORE] = out.statuses.get(FAILURE_STORE, 0) + 1
+            out.delivered.append(i)
+            out.failure_store.append(i)
+            continue
         out.statuses[status] = out.statuses.get(status, 0) + 1
         if 200 <= status < 300 or status == 409:
             out.delivered.append(i)
@@ -105,6 +117,33 @@ def classify(answer: dict[str, Any], count: int) -> Outcome:
         if out.first_error is None:
             out.first_error = f"{status} {_reason(err)}"
     return out
+
+
+def indices_of(pairs: list[bytes], positions: list[int]) -> dict[str, int]:
+    """The `_index` of the pairs at `positions`, counted (which index a failure-store item was sent to)."""
+    counts: dict[str, int] = {}
+    for i in positions:
+        index = str(pair_parts(pairs[i])[0].get("_index", ""))
+        counts[index] = counts.get(index, 0) + 1
+    return counts
+
+
+@dataclass(slots=True)
+class Tally:
+    """Counts per key reported at most once every `every_s` per key (times are monotonic seconds):
+    `add` returns what to report now, everything since the key's last report, or 0."""
+
+    every_s: float
+    _pending: dict[str, int] = field(default_factory=dict)
+    _last: dict[str, float] = field(default_factory=dict)
+
+    def add(self, key: str, n: int, now: float) -> int:
+        total = self._pending.pop(key, 0) + n
+        if now - self._last.get(key, float("-inf")) < self.every_s:
+            self._pending[key] = total
+            return 0
+        self._last[key] = now
+        return total
 
 
 def _int(v: Any) -> int:

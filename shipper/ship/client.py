@@ -28,7 +28,7 @@ from shipper.logs import register_secret
 from shipper.ship import http1
 from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
-from shipper.ship.bulk import FILTER_PATH, parse_retry_after
+from shipper.ship.bulk import FAILURE_STORE_MARK, FILTER_PATH, parse_retry_after
 
 log = logging.getLogger("shipper.output")
 
@@ -299,8 +299,9 @@ class BulkClient:
         raw, status = resp.body, resp.status
         retry_after = parse_retry_after(resp.headers.get("retry-after"))
         answer: dict[str, Any] | None = None
-        if 200 <= status < 300 and raw.startswith(_ALL_DELIVERED):
+        if 200 <= status < 300 and raw.startswith(_ALL_DELIVERED) and FAILURE_STORE_MARK not in raw:
             # `errors: false` means every item succeeded: skip parsing one status per document
+            # (unless some went to the failure store: a success that is counted apart)
             answer = {"errors": False}
         elif raw:
             try:

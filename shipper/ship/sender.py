@@ -29,6 +29,7 @@ log = logging.getLogger("shipper.output")
 
 DOWN_AFTER_FAILURES = 3      # 429/5xx answers in a row before the output counts as down
 OVERLOAD_LOG_EVERY_S = 60.0  # an overload warning per host at most this often
+FAILURE_STORE_LOG_EVERY_S = 60.0   # a failure-store line per index at most this often
 
 # episode kinds -> the phrase logged once when a host enters that state
 _EPISODE_PHRASES = {
@@ -66,6 +67,7 @@ class Sender:
         self.peak_in_flight = 0
         self._episodes: dict[str, str] = {}   # host -> the fault kind logged for it (":quiet": not logged)
         self._overload_logged: dict[str, float] = {}
+        self._failure_store = bulkproto.Tally(FAILURE_STORE_LOG_EVERY_S)
 
     # ------------------------------------------------------------------ request slots
 
@@ -159,11 +161,15 @@ class Sender:
                 assert reply.answer is not None
                 outcome = bulkproto.classify(reply.answer, attempt.count)
                 self.events.bulk_items(outcome.statuses)
+                if outcome.failure_store:
+                    if pending is None:
+                        pending = await asyncio.to_thread(_pairs, attempt)
+                    self._failure_store_used(pending, outcome.failure_store)
                 if not outcome.retry and not outcome.dead:
                     self._answered(reply, blocked=None)
                     return dead
                 if pending is None:
-                    pending = bulkproto.split_pairs(_raw(attempt))
+                    pending = _pairs(attempt)
                 for i, status, reason in outcome.dead:
                     dead.append(dead_letter(pending[i], status, reason))
                 if not outcome.retry:
@@ -182,7 +188,7 @@ class Sender:
             if verdict.kind in ("split", "dead"):
                 self._answered(reply, blocked=None)
                 if pending is None:
-                    pending = bulkproto.split_pairs(_raw(attempt))
+                    pending = _pairs(attempt)
                 if verdict.kind == "dead" or len(pending) == 1:
                     dead.extend(dead_letter(p, reply.status, verdict.reason) for p in pending)
                     return dead
@@ -268,6 +274,15 @@ class Sender:
         level = logging.ERROR if kind in ("auth", "forbidden") else logging.WARNING
         log.log(level, _EPISODE_PHRASES[kind], extra={"host": host, "status": status, "reason": reason})
 
+    def _failure_store_used(self, pairs: list[bytes], positions: list[int]) -> None:
+        """Items Elasticsearch took into a failure store: delivered (the metric counts them apart);
+        one line per index at most once a minute, with the count since its last line."""
+        now = self.clock.monotonic()
+        for index, n in bulkproto.indices_of(pairs, positions).items():
+            count = self._failure_store.add(index, n, now)
+            if count:
+                log.warning("documents went to the failure store", extra={"index": index, "count": count})
+
     def _end_episode(self, host: str) -> None:
         kind = self._episodes.pop(host, None)
         if kind is not None and not kind.endswith(":quiet"):
@@ -285,6 +300,10 @@ class Sender:
 
 def _raw(attempt: Batch) -> bytes:
     return decode_body(attempt.body, attempt.gzipped)
+
+
+def _pairs(attempt: Batch) -> list[bytes]:
+    return bulkproto.split_pairs(_raw(attempt))
 
 
 def dead_letter(pair: bytes, status: int, reason: str) -> DeadLetter:

@@ -55,7 +55,8 @@ _ERROR_TYPES = {
     504: ("timeout_exception", "gateway timeout"),
 }
 
-ItemVerdict = Union[None, int, "tuple[int, str, str]"]
+ItemVerdict = Union[None, int, "tuple[int, str, str]", str]
+FAILURE_STORE = "failure_store"   # an item verdict: taken into the failure store (see item_failures)
 
 
 def error_body(status: int, error_type: str | None = None, reason: str | None = None) -> bytes:
@@ -351,10 +352,14 @@ class FaultProxy:
                 self._auth = f"Basic {token}"
 
     def item_failures(self, fn: Callable[[BulkItem], ItemVerdict] | None) -> None:
-        """Per bulk item: `fn(item)` returns None (forward it), a status, or (status, type, reason).
+        """Per bulk item: `fn(item)` returns None (forward it), a status, (status, type, reason), or
+        FAILURE_STORE.
 
         Failed items are stripped from the forwarded body and answered in place in the bulk
-        answer. `fn` runs on the proxy thread under its lock: keep it quick, call no controls.
+        answer. A FAILURE_STORE item is what Elasticsearch 8.19/9.x does with a document a data
+        stream cannot index when its failure store is on: it is written to `.fs-<index>` (the
+        store's stand-in) and answered 201 with `failure_store: used`, `errors` staying false.
+        `fn` runs on the proxy thread under its lock: keep it quick, call no controls.
         """
         with self._lock:
             self._item_fn = fn
@@ -581,19 +586,26 @@ class FaultProxy:
             return resp
         default_index = _path_index(request.path)
         failures: dict[int, tuple[int, str, str]] = {}
+        stored: set[int] = set()
         with self._lock:
             base = self._items_seen
             self._items_seen += len(entries)
             for i, (op, meta, _line, source) in enumerate(entries):
                 item = BulkItem(base + i, op, meta.get("_index", default_index), meta.get("_id"), source)
                 verdict = self._block_verdict(item) if blocked else (self._item_fn(item) if self._item_fn else None)
-                if verdict is not None:
+                if verdict == FAILURE_STORE:
+                    stored.add(i)
+                elif verdict is not None:
                     failures[i] = _expand_verdict(verdict)
             self._items_failed += len(failures)
-        if not failures:
+        if not failures and not stored:
             status, resp, reached = await self._forward(request, body)
             self._answer(request, len(body), status, reached)
             return resp
+        for i in stored:
+            op, meta, _line, src = entries[i]
+            meta = {**meta, "_index": ".fs-" + str(meta.get("_index", default_index))}
+            entries[i] = (op, meta, json.dumps({op: meta}).encode(), src)
 
         kept = [e for i, e in enumerate(entries) if i not in failures]
         upstream_items: list[Any] = []
@@ -625,12 +637,16 @@ class FaultProxy:
                     "error": {"type": etype, "reason": reason},
                 }})
             else:
-                merged.append(next(it))
-        result: Any = {"took": took, "errors": True, "items": merged}
+                upstream_item = next(it)
+                if i in stored:
+                    next(iter(upstream_item.values()))["failure_store"] = "used"
+                merged.append(upstream_item)
+        result: Any = {"took": took, "errors": bool(failures) or any(
+            next(iter(m.values())).get("status", 0) >= 300 for m in merged), "items": merged}
         if "filter_path" in request.query:
             result = apply_filter_path(result, request.query["filter_path"])
         self._answer(request, len(body), 200, forwarded)
-        return web.Response(status=200, body=json.dumps(result).encode(), headers={"Content-Type": "application/json; charset=UTF-8"})
+        return web.Response(status=200, body=json.dumps(result, separators=(",", ":")).encode(), headers={"Content-Type": "application/json; charset=UTF-8"})
 
     @staticmethod
     def _block_verdict(item: BulkItem) -> ItemVerdict:
@@ -640,7 +656,7 @@ class FaultProxy:
 def _expand_verdict(verdict: ItemVerdict) -> tuple[int, str, str]:
     if isinstance(verdict, tuple):
         return verdict
-    assert isinstance(verdict, int)
+    assert isinstance(verdict, int), verdict
     etype, reason = _ERROR_TYPES.get(verdict, ("exception", f"HTTP {verdict}"))
     return verdict, etype, reason
 

@@ -138,3 +138,46 @@ def test_group_respects_bytes_and_never_makes_an_empty_body() -> None:
     pairs = [b"x" * 40, b"y" * 40, b"z" * 100, b"w" * 10]
     assert [n for _, n in batching.group(pairs, 10, 90)] == [2, 1, 1]
     assert batching.group([], 10, 90) == []
+
+
+def test_failure_store_items_are_delivered_and_counted_apart() -> None:
+    ans = {"errors": False, "items": [{"create": {"status": 201}},
+                                      {"create": {"status": 201, "failure_store": "used"}},
+                                      {"create": {"status": 201, "failure_store": "used"}},
+                                      {"create": {"status": 409, "error": {"type": "version_conflict_engine_exception"}}}]}
+    out = bulk.classify(ans, 4)
+    assert out.delivered == [0, 1, 2, 3] and not out.retry and not out.dead
+    assert out.failure_store == [1, 2]
+    assert out.statuses == {201: 1, bulk.FAILURE_STORE: 2, 409: 1}
+
+
+def test_failure_store_that_failed_or_is_off_is_an_ordinary_item_failure() -> None:
+    # `not_enabled`/`failed` come with the item's own error: judged by its status as ever
+    ans = {"errors": True, "items": [
+        {"create": {"status": 400, "failure_store": "not_enabled",
+                    "error": {"type": "document_parsing_exception", "reason": "bad"}}},
+        {"create": {"status": 500, "failure_store": "failed", "error": {"type": "exception", "reason": "x"}}}]}
+    out = bulk.classify(ans, 2)
+    assert [i for i, _s, _r in out.dead] == [0] and out.retry == [1] and not out.failure_store
+
+
+def test_the_filter_path_keeps_the_failure_store_mark() -> None:
+    assert "items.*.failure_store" in bulk.FILTER_PATH.split(",")
+
+
+def test_indices_of_counts_the_index_each_position_was_sent_to() -> None:
+    pairs = [b'{"create":{"_index":"logs-a-default","_id":"x-1"}}\n{"m":1}\n',
+             b'{"create":{"_index":"logs-b-default","_id":"x-2"}}\n{"m":2}\n',
+             b'{"create":{"_index":"logs-a-default"}}\n{"m":3}\n']
+    assert bulk.indices_of(pairs, [0, 2]) == {"logs-a-default": 2}
+    assert bulk.indices_of(pairs, [0, 1, 2]) == {"logs-a-default": 2, "logs-b-default": 1}
+
+
+def test_tally_reports_at_most_once_per_period_per_key_with_everything_since() -> None:
+    t = bulk.Tally(60.0)
+    assert t.add("a", 3, 1000.0) == 3          # the first one at once
+    assert t.add("a", 2, 1010.0) == 0
+    assert t.add("b", 1, 1010.0) == 1          # keys are apart
+    assert t.add("a", 4, 1059.9) == 0
+    assert t.add("a", 1, 1060.0) == 7          # 2 + 4 + 1 since the last report
+    assert t.add("a", 1, 1061.0) == 0
