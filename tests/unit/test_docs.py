@@ -1,6 +1,8 @@
 """The manual: the configuration reference names exactly the keys the loader accepts, the
 documented example configs load, every relative link in README.md and docs/*.md resolves (files
-and #anchors), and the README keeps its first two commands. The site build itself
+and #anchors), the README keeps its first two commands, and the manual describes the software
+rather than the rounds that measured it (their reports are bench/history/, outside the manual;
+docs/performance.md is one page). The site build itself
 (`mkdocs build --strict`) is tests/component/test_docs_site.py.
 """
 
@@ -229,3 +231,48 @@ def test_every_docs_page_is_in_the_nav() -> None:
         assert re.search(rf":\s*{re.escape(page.name)}\s*$", nav, re.M), f"{page.name} is not in mkdocs.yml's nav"
     for pending in PENDING_PAGES:                      # a place is kept for them
         assert Path(pending).name in nav
+
+
+# ---------------------------------------------------------------- the record stays out of the manual
+
+# The manual is README.md, docs/*.md and bench/README.md (included by docs/benchmarks.md). It
+# describes the software as it is; how the figures came about, session by session, is
+# bench/history/.
+MANUAL = [REPO / "README.md", *sorted(DOCS.glob("*.md")), REPO / "bench" / "README.md"]
+HISTORY = REPO / "bench" / "history"
+_ORDINALS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
+             "thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth")
+NARRATION = re.compile(rf"\bissue \d+|\bround \d+|\b(?:{_ORDINALS}) (?:round|sitting)|\bsittings?\b"
+                       r"|\b(?:earlier|previous|last|this) round\b|\brounds? before\b", re.I)
+
+
+def narration(text: str) -> list[str]:
+    return [m.group(0) for m in NARRATION.finditer(text)]
+
+
+@pytest.mark.parametrize("page", MANUAL, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_manual_describes_the_software_not_its_rounds(page: Path) -> None:
+    found = narration(page.read_text())
+    assert not found, f"{page.relative_to(REPO)} narrates rounds or issues ({found}): that story goes to bench/history/"
+
+
+def test_the_narration_check_sees_a_round_and_an_issue() -> None:
+    assert narration("As of the fourteenth round of issue 14, in this sitting; the round before.") == [
+        "fourteenth round", "issue 14", "sitting", "round before"]
+    assert narration("read rounds pass it by; a round trip; the issue's reference machine") == []
+
+
+def test_performance_is_one_page_and_history_stays_out_of_the_manual() -> None:
+    assert len((DOCS / "performance.md").read_text().splitlines()) <= 250
+    for page in [*DOCS.glob("*.md"), REPO / "mkdocs.yml"]:
+        for included in re.findall(r'--8<--\s*"([^"]+)"', page.read_text()):
+            assert not included.startswith("bench/history"), f"{page.name} includes {included} in the manual"
+
+
+def test_every_history_file_is_dated_and_indexed() -> None:
+    index = (HISTORY / "README.md").read_text()
+    files = sorted(p.name for p in HISTORY.glob("*.md") if p.name != "README.md")
+    assert files
+    for name in files:
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-issue\d{2}-[a-z0-9-]+\.md", name), name
+        assert f"]({name})" in index, f"bench/history/README.md does not list {name}"
