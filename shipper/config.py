@@ -38,6 +38,7 @@ LOGSENE_RECEIVER = "https://logsene-receiver.sematext.com"
 LOGSENE_RECEIVER_EU = "https://logsene-receiver.eu.sematext.com"
 
 Format = Literal["auto", "json", "text", "regex", "docker", "cri"]
+DocumentIdMode = Literal["auto", "none"]
 StartAt = Literal["beginning", "end"]
 
 
@@ -105,6 +106,7 @@ class ElasticsearchConfig:
     index_template: IndexTemplateMode = "auto"
     data_stream: DataStreamConfig | None = None   # set: `index` is the data stream's name
     cloud_id: str | None = None                    # set: `hosts` is the deployment's decoded https URL
+    document_id: DocumentIdMode = "auto"           # none: `create` without `_id`, at least once
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +320,7 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         index_template=_index_template(es, lines),
         data_stream=data_stream,
         cloud_id=cloud_id,
+        document_id=es.string("document_id", _ES_DEFAULTS.document_id, ("auto", "none")),
     )
     es.finish()
     return cfg

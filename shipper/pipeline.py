@@ -58,14 +58,16 @@ class Pipeline:
         self.outbox = Outbox(cfg.queue.max_bytes, out.max_in_flight, events)
         self.outbox.restore(contents.pending)
         self.disk = DiskWait(events, clock)
-        self.writer = RecordWriter(spool, batching.group, self.outbox.add, self.disk, clock,
+        with_ids = out.document_id == "auto"
+        self.writer = RecordWriter(spool, batching.group if with_ids else batching.group_without_ids,
+                                   self.outbox.add, self.disk, clock,
                                    max_events=out.bulk_max_events, max_bytes=out.bulk_max_bytes,
                                    gzip=out.compression == "gzip", wake=self.wake)
         self.delivery = Delivery(self.outbox, sender, spool, self.disk, events, clock, self._all_handed_over)
         self.delivery.on_ack = self._on_ack
         self.control = DeadLetterControl(
             cfg.state_dir, spool, self.disk, events, clock,
-            lambda items: bulkproto.dead_letter_bodies(items, out.bulk_max_events, out.bulk_max_bytes),
+            lambda items: bulkproto.dead_letter_bodies(items, out.bulk_max_events, out.bulk_max_bytes, with_ids),
             out.compression == "gzip", lambda batches: self.outbox.add(batches, cache=False))
         self.limits = batching.Limits(out.bulk_max_events, out.bulk_max_bytes, out.flush_interval_s,
                                       out.flush_min_interval_s, out.max_in_flight)

@@ -28,6 +28,7 @@ from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
 from shipper.model import PipelineStatus, is_journal_checkpoint
 from shipper.monitor import Monitor
 from shipper.pipeline import Pipeline
+from shipper.ship import batching
 from shipper.ship.sender import Sender
 from shipper.ship.template import guard_first_bulk
 from shipper.sources.files import FileSource
@@ -225,6 +226,8 @@ class Service:
             log.warning("running without the C fast paths: the same documents at about twice the CPU; "
                         + ("SHIPPER_PURE_PYTHON is set" if native.PURE_PYTHON else
                            "installed without them (no compiler?): reinstall with gcc and the Python headers"))
+        if self.cfg.output.document_id == "none":
+            log.warning(batching.AT_LEAST_ONCE)
         sdnotify.ready()
 
     def health(self) -> tuple[bool, str]:

@@ -9,6 +9,7 @@ import os
 
 from shipper import settings
 from shipper.config import InputConfig
+from shipper.ship import batching
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
 from shipper.ship.template import Inspection, inspect
@@ -81,6 +82,8 @@ def check(config_path: str) -> int:
         ok = ok and up
     if not cfg.output.tls.verify and any(h.startswith("https:") for h in cfg.output.hosts):
         print("output: WARNING: TLS verification is off (tls.verify: false)")
+    if cfg.output.document_id == "none":
+        print(f"output: WARNING: {batching.AT_LEAST_ONCE}")
     for f in templates.findings:
         print(f.text if f.ok else f"WARNING: {f.text}")
     ok = ok and templates.ok

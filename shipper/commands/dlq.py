@@ -93,7 +93,8 @@ def dlq(config_path: str, action: str) -> int:
             out = cfg.output
 
             def bodies(items: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
-                return bulkproto.dead_letter_bodies(items, out.bulk_max_events, out.bulk_max_bytes)
+                return bulkproto.dead_letter_bodies(items, out.bulk_max_events, out.bulk_max_bytes,
+                                                    out.document_id == "auto")
 
             batches = spool.replay_dead_letters(bodies, out.compression == "gzip")
             n = sum(m.events for m, _ in batches)

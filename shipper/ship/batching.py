@@ -46,6 +46,33 @@ def group(parts: list[bytes], max_events: int, max_bytes: int,
     return out
 
 
+def group_without_ids(parts: list[bytes], max_events: int, max_bytes: int,
+                      multi: dict[int, int] | None = None) -> list[tuple[bytes, int]]:
+    """`group`, then every action without its `_id` (`document_id: none`): Elasticsearch picks the
+    id. The builders always write one (the sampling and the dead-letter record use it); it is cut
+    here, where bodies are made, on the spool thread."""
+    return [(without_ids(body), n) for body, n in group(parts, max_events, max_bytes, multi)]
+
+
+_ID_KEY = b',"_id":"'
+# what the start-up log and `shipper check` say with `document_id: none`
+AT_LEAST_ONCE = ("document_id: none: delivery is at least once, not exactly once "
+                 "(a re-send after an ambiguous failure can index a document twice)")
+
+
+def without_ids(body: bytes) -> bytes:
+    """A bulk body whose action lines (every other line, from the first) lose their `_id`. An action
+    is `{"create":{"_index":...,"_id":"<id>"}}`: `_id` comes last and our ids hold no `"`, so the
+    last `,"_id":"` of the line starts it (an index name from a field may hold those bytes too)."""
+    lines = body.split(b"\n")
+    for i in range(0, len(lines) - 1, 2):
+        action = lines[i]
+        at = action.rfind(_ID_KEY)
+        if at >= 0:
+            lines[i] = action[:at] + b"}}"
+    return b"\n".join(lines)
+
+
 def one_pair_each(parts: list[bytes], multi: dict[int, int]) -> list[bytes]:
     """The parts with each multi-pair one cut into its pairs (a pair is two lines, the action and
     the document; neither holds a raw newline)."""

@@ -234,18 +234,19 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, dt.timestamp() - (time.time() if now is None else now))
 
 
-def dead_letter_pairs(items: list[dict[str, Any]]) -> list[bytes]:
+def dead_letter_pairs(items: list[dict[str, Any]], with_ids: bool = True) -> list[bytes]:
     """Stored dead letters -> bulk pairs with their original index and _id, so a replay can never
-    add a second document for an event that did arrive."""
+    add a second document for an event that did arrive (`with_ids` False: `document_id: none`)."""
     pairs = []
     for it in items:
         meta: dict[str, Any] = {"_index": it["index"]}
-        if it.get("id"):
+        if with_ids and it.get("id"):
             meta["_id"] = it["id"]
         pairs.append(orjson.dumps({"create": meta}) + b"\n" + bytes(it["document"]) + b"\n")
     return pairs
 
 
-def dead_letter_bodies(items: list[dict[str, Any]], max_events: int, max_bytes: int) -> list[tuple[bytes, int]]:
+def dead_letter_bodies(items: list[dict[str, Any]], max_events: int, max_bytes: int,
+                       with_ids: bool = True) -> list[tuple[bytes, int]]:
     """Stored dead letters -> bulk bodies (body, documents) within the batch limits, for a replay."""
-    return batching.group(dead_letter_pairs(items), max_events, max_bytes)
+    return batching.group(dead_letter_pairs(items, with_ids), max_events, max_bytes)

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from tests.support.daemon import write_config
-from tests.support.es import ES
+from tests.support.es import ES, ESError
 from tests.support.proxy import FAILURE_STORE, BulkItem, FaultProxy, ItemVerdict
 from tests.support.wait import wait_until
 from tests.support.writer import write_lines
@@ -42,9 +42,19 @@ def _records(output: str) -> list[dict[str, Any]]:
     return out
 
 
+def _count(es: ES, index: str) -> int:
+    try:
+        return es.count(index)
+    except ESError as e:
+        if e.status == 404:          # not created yet
+            return 0
+        raise
+
+
 def _arrive(es: ES, index: str, n: int, written_at: float, tail: Any) -> None:
     """All `n` documents are in `index` within ARRIVAL_BOUND_S of when they were written."""
-    wait_until(lambda: es.count(index) >= n, lambda: f"{n} documents in {index} (have {es.count(index)})\n{tail()}",
+    wait_until(lambda: _count(es, index) >= n,
+               lambda: f"{n} documents in {index} (have {_count(es, index)})\n{tail()}",
                timeout_s=max(1.0, written_at + ARRIVAL_BOUND_S - time.monotonic()))
 
 
@@ -86,4 +96,26 @@ def test_failure_store_items_count_as_delivered_with_their_metric_and_one_log_li
     es.assert_exactly_once(range(400), index="logs-app-*,.fs-logs-app-*")
     stored = es.all_docs(".fs-logs-app-default")
     assert {h["_source"]["seq"] for h in stored} == {s for s in range(400) if s % 7 == 3}
+    assert d.alive, d.tail()
+
+
+def test_document_id_none_sends_create_without_id_and_says_at_least_once(
+        tmp_path: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
+    logs = _logs(tmp_path)
+    seen: list[BulkItem] = []
+    fault_proxy.item_failures(lambda item: seen.append(item))      # records, fails none
+    cfg = write_config(tmp_path, es_url=fault_proxy.url, paths=[logs / "*.log"],
+                       extra_yaml={"output": {"elasticsearch": {"document_id": "none", "index": "ts-metrics"}}})
+    d = daemon_factory(cfg)
+    d.wait_ready()
+    t0 = time.monotonic()
+    write_lines(logs / "app.log", range(250))
+    _arrive(es, "ts-metrics", 250, t0, d.tail)
+    assert len(seen) == 250 and all(item.op == "create" and item.id is None for item in seen)
+    docs = es.assert_exactly_once(range(250), index="ts-metrics")
+    assert len({h["_id"] for h in docs}) == 250                   # the ids Elasticsearch made
+    warned = [r for r in _records(d.output()) if str(r.get("msg", "")).startswith("document_id: none: delivery is at least once")]
+    assert len(warned) == 1, d.tail()
+    check = d.cli("check")
+    assert "output: WARNING: document_id: none: delivery is at least once, not exactly once" in check.stdout, check.stdout
     assert d.alive, d.tail()

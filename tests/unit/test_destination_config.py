@@ -7,11 +7,14 @@ import base64
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shipper.config import DataStreamConfig, decode_cloud_id, load_config_text
 from shipper.errors import ConfigError
 from shipper.parse import document
 from shipper.parse.document import DocBuilder
+from shipper.ship import batching, bulk
 from shipper.ship.client import api_key_header
 from tests.support.native import c_function
 
@@ -126,3 +129,60 @@ def test_data_stream_action_lines_on_both_paths(build_path: str) -> None:
         action, source = pair.rstrip(b"\n").split(b"\n")
         assert orjson.loads(action) == {"create": {"_index": "logs-myapp-default", "_id": f"inc-{i * 100}"}}
         assert "@timestamp" in orjson.loads(source)                    # a data stream requires it
+
+
+def test_document_id_modes() -> None:
+    assert load_config_text("").output.document_id == "auto"
+    assert load_config_text("output:\n  elasticsearch:\n    document_id: none\n").output.document_id == "none"
+    with pytest.raises(ConfigError) as e:
+        load_config_text("output:\n  elasticsearch:\n    document_id: uuid\n")
+    assert e.value.key == "output.elasticsearch.document_id" and "auto, none" in e.value.message
+
+
+_INDEX_NAMES = st.text(st.sampled_from('ab-_.,":{}\\ _id'), min_size=1, max_size=20)
+_DOC_TEXT = st.text(st.sampled_from('ab ,":{}\\_id\n\t\u00e9'), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(index=_INDEX_NAMES, texts=st.lists(_DOC_TEXT, min_size=1, max_size=6), with_time=st.booleans())
+def test_without_ids_cuts_only_the_id_of_each_action_on_both_paths(
+        index: str, texts: list[str], with_time: bool) -> None:
+    """Whatever the index name (`{field}` puts user bytes there) and the documents hold (JSON lines
+    whose last field is `"_id":"..."}}`), `document_id: none` removes the `_id` of each action and
+    nothing else; bodies from both build paths, from grouping several parts and multi-pair parts."""
+    c = load_config_text("inputs: [{paths: ['/a.log']}]\n")
+    lines = []
+    for i, t in enumerate(texts):
+        obj = {"msg": t, "nested": {"x": 1, "_id": t}, "seq": i}
+        if with_time:
+            obj["time"] = 1_790_000_000_000 + i
+        lines.append(orjson.dumps(obj) if i % 2 == 0 else t.replace("\n", " ").encode())
+    events = [(i * 100, i * 100 + len(ln) + 1, ln, 0) for i, ln in enumerate(lines)]
+    for native in (c_function("splice"), None):
+        document.native_splice = native
+        try:
+            b = DocBuilder(c.inputs[0], index, "h")
+            out: list[bytes] = []
+            b.build("inc", "/a.log", events, 1_790_000_000.0, out)
+        finally:
+            document.native_splice = c_function("splice")
+        for bodies in (batching.group(out, 1000, 10**6), batching.group(out, 2, 10**6),
+                       batching.group([b"".join(out)], 1000, 10**6, {0: len(out)})):
+            stripped = batching.group_without_ids(out, 1000, 10**6) if len(bodies) == 1 else None
+            for body, n in bodies:
+                cut = batching.without_ids(body)
+                before, after = body.split(b"\n"), cut.split(b"\n")
+                assert len(before) == len(after) == 2 * n + 1
+                for k in range(0, 2 * n, 2):
+                    meta = orjson.loads(before[k])["create"]
+                    assert set(meta) == {"_index", "_id"}
+                    assert orjson.loads(after[k]) == {"create": {"_index": meta["_index"]}}
+                    assert after[k + 1] == before[k + 1]
+            if stripped is not None:
+                assert stripped == [(batching.without_ids(bodies[0][0]), bodies[0][1])]
+
+
+def test_dead_letter_replays_follow_document_id() -> None:
+    items = [{"index": "logs-x", "id": "inc-1", "document": b'{"a":1}'}]
+    assert bulk.dead_letter_pairs(items) == [b'{"create":{"_index":"logs-x","_id":"inc-1"}}\n{"a":1}\n']
+    assert bulk.dead_letter_pairs(items, with_ids=False) == [b'{"create":{"_index":"logs-x"}}\n{"a":1}\n']
