@@ -17,6 +17,7 @@ from shipper.ship.outbox import Outbox
 from shipper.spool import AsyncSpool, Spool
 from shipper.spool.writer import DiskWait, RecordWriter
 from tests.support.pipeline_rig import FakeClock, RecordingEvents
+from tests.support.wait import async_wait_until
 
 
 def open_spool_of(spool: Spool) -> AsyncSpool:
@@ -92,8 +93,8 @@ async def test_the_pipeline_waits_out_a_full_disk_logging_once(tmp_path: Path) -
         await aspool._call(_fill, spool, 0)
         dead = [DeadLetter("logs", "r", 400, os.urandom(200_000).hex().encode(), 0.0, "id")]
         ack = asyncio.create_task(disk.run(lambda: aspool.ack(meta.seq, dead)))
-        while len(clock.slept) < 5:
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: len(clock.slept) >= 5,
+                               lambda: f"five backoff sleeps on the full disk (slept {clock.slept})")
         assert not ack.done()
         assert [n for n, _ in events.seen].count("spool_error") == 1
         await aspool._call(_unfill, spool)
