@@ -26,31 +26,16 @@ from shipper.ship.bulk import split_pairs
 from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
 from tests.support.es import ES
-from tests.support.fake_clock import FakeClock
+from tests.support.fake_clock import FakeClock, RecordingEvents
 from tests.support.proxy import FaultProxy
-
-
-class Recording(Events):
-    def __init__(self) -> None:
-        self.retries: list[tuple[str, float, str | None]] = []
-        self.states: list[tuple[bool, str | None]] = []
-        self.sent: list[tuple[str, int | str, int]] = []
-
-    def retry_scheduled(self, reason: str, delay_s: float, host: str | None) -> None:
-        self.retries.append((reason, delay_s, host))
-
-    def output_state(self, up: bool, error: str | None) -> None:
-        self.states.append((up, error))
-
-    def bulk_sent(self, host: str, status: int | str, docs: int, nbytes: int, seconds: float) -> None:
-        self.sent.append((host, status, docs))
+from tests.support.wait import async_wait_until
 
 
 def _sender(hosts: list[str], clock: FakeClock | None = None, events: Events | None = None, **es: Any) -> Sender:
     es.setdefault("compression", "none")
     cfg = Config(output=ElasticsearchConfig(hosts=tuple(hosts), **es),
                  retry=RetryConfig(initial_backoff_s=0.1, max_backoff_s=30.0))
-    return Sender(cfg, events or Recording(), clock or FakeClock(wall=1_000.0))
+    return Sender(cfg, events or RecordingEvents(), clock or FakeClock(wall=1_000.0))
 
 
 def _attempt(seqs: range | list[int], index: str = "t", pad: str = "") -> Batch:
@@ -69,13 +54,13 @@ async def _close(s: Sender) -> None:
 
 async def test_retry_after_is_honoured_and_backoff_resets_after_success(es: ES, fault_proxy: FaultProxy) -> None:
     clock = FakeClock(wall=1_000.0)
-    ev = Recording()
+    ev = RecordingEvents()
     s = _sender([fault_proxy.url], clock, ev)
     try:
         fault_proxy.fail_next(429, times=2, retry_after=7)
         assert await s.deliver(_attempt(range(10))) == []
         assert clock.slept == [7.0, 7.0]                   # never earlier than the server asked
-        assert ev.sent[-1][1] == 200 and s.failures == 0
+        assert ev.of("bulk_sent")[-1][1] == 200 and s.failures == 0
 
         fault_proxy.fail_next(503, times=4)
         assert await s.deliver(_attempt(range(10, 20))) == []
@@ -160,13 +145,13 @@ async def test_401_is_logged_once_per_episode_with_the_host_and_recovers(es: ES,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     fault_proxy.require_basic_auth("elastic", "right-password")
     clock = FakeClock(wall=1_000.0)
-    ev = Recording()
+    ev = RecordingEvents()
     s = _sender([fault_proxy.url], clock, ev, username="elastic", password="wrong-password")
     caplog.set_level(logging.INFO, logger="shipper.output")
     try:
         task = asyncio.create_task(s.deliver(_attempt(range(5))))
-        while fault_proxy.by_status.get(401, 0) < 6:
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: fault_proxy.by_status.get(401, 0) >= 6,
+                               lambda: f"six 401 answers (got {fault_proxy.by_status.get(401, 0)})")
         assert not task.done()
         assert s.up is False and "401" in (s.last_error or "")
         assert max(clock.slept) <= 30.0 and clock.slept[-1] > clock.slept[0]    # slower and slower, capped
@@ -180,7 +165,7 @@ async def test_401_is_logged_once_per_episode_with_the_host_and_recovers(es: ES,
     assert any(r.getMessage() == "output host recovered" for r in caplog.records)
     assert all("wrong-password" not in r.getMessage() and "wrong-password" not in str(r.__dict__)
                for r in caplog.records)
-    assert [st[0] for st in ev.states] == [False, True]
+    assert [st[0] for st in ev.of("output_state")] == [False, True]
     assert _seqs(es) == list(range(5))
 
 
@@ -203,14 +188,14 @@ async def test_two_hosts_one_refusing_costs_no_sleep(es: ES, fault_proxy: FaultP
 async def test_one_host_refusing_backs_off_and_reports_down(fault_proxy: FaultProxy, es: ES) -> None:
     fault_proxy.down()
     clock = FakeClock(wall=1_000.0)
-    ev = Recording()
+    ev = RecordingEvents()
     s = _sender([fault_proxy.url], clock, ev)
     try:
         task = asyncio.create_task(s.deliver(_attempt(range(3))))
-        while len(clock.slept) < 5:
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: len(clock.slept) >= 5,
+                               lambda: f"five backoff sleeps while the host refuses (slept {clock.slept})")
         assert s.up is False and fault_proxy.url in (s.last_error or "")
-        assert ev.retries[0][2] == fault_proxy.url
+        assert ev.of("retry_scheduled")[0][2] == fault_proxy.url
         fault_proxy.up()
         assert await asyncio.wait_for(task, 10) == []
         assert s.up is True and s.failures == 0

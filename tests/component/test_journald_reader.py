@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from shipper.config import InputConfig, JournaldConfig, MultilineConfig
-from shipper.events import Events
 from shipper.parse.document import DocBuilder
 from shipper.sources.journal import (
     Gap,
@@ -31,56 +30,33 @@ from shipper.sources.journald import (
     read_head,
     read_head_sync,
 )
+from tests.support.fake_clock import FakeClock, RecordingEvents
 from tests.support.journal import Journal
+from tests.support.wait import async_wait_until
 
 TIMEOUT_S = 10.0
 
 
-class FakeClock:
-    def __init__(self, start: float = 1_000.0) -> None:
-        self.now = start
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    async def sleep(self, s: float) -> None:
-        self.slept.append(s)
-        self.now += s
-        await asyncio.sleep(0)
-
-    async def wait(self, event: asyncio.Event, timeout_s: float, coalesce: bool = False) -> bool:
-        if not event.is_set():
-            await self.sleep(timeout_s)
-        return event.is_set()
+def starts(rec: RecordingEvents) -> list[str | None]:
+    """The cursor each journalctl child was started after (None: from the start)."""
+    return [cursor for _, cursor, _ in rec.of("journal_started")]
 
 
-class Recorder(Events):
-    def __init__(self) -> None:
-        self.gaps: list[Gap] = []
-        self.exits: list[tuple[int | None, str, str]] = []
-        self.skipped: list[str] = []
-        self.starts: list[str | None] = []
-
-    def journal_started(self, key: str, cursor: str | None, argv: Any) -> None:
-        self.starts.append(cursor)
-
-    def journal_gap(self, key: str, gap: Gap) -> None:
-        self.gaps.append(gap)
-
-    def journal_reader_exited(self, key: str, returncode: int | None, kind: str, error: str, attempt: int,
-                              restart_in_s: float) -> None:
-        self.exits.append((returncode, kind, error))
-
-    def journal_entry_skipped(self, key: str, reason: str) -> None:
-        self.skipped.append(reason)
+def gaps(rec: RecordingEvents) -> list[Gap]:
+    return [gap for _, gap in rec.of("journal_gap")]
 
 
-def make_reader(j: Journal, position: str | None = None, **cfg: Any) -> tuple[JournalReader, Recorder, FakeClock]:
-    rec, clock = Recorder(), FakeClock()
+def exits(rec: RecordingEvents) -> list[tuple[int | None, str, str]]:
+    """(returncode, kind, error) of each journalctl child that exited."""
+    return [(code, kind, error) for _, code, kind, error, _, _ in rec.of("journal_reader_exited")]
+
+
+def skipped(rec: RecordingEvents) -> list[str]:
+    return [reason for _, reason in rec.of("journal_entry_skipped")]
+
+
+def make_reader(j: Journal, position: str | None = None, **cfg: Any) -> tuple[JournalReader, RecordingEvents, FakeClock]:
+    rec, clock = RecordingEvents(), FakeClock(wall=1_000.0)
     cfg.setdefault("directory", str(j.directory))
     return JournalReader(JournalReaderConfig(**cfg), position=position, clock=clock, events=rec), rec, clock
 
@@ -116,7 +92,7 @@ async def test_existing_entries_then_entries_appended_while_running(tmp_path: Pa
         got = await take(reader, 3, "appended while running")
         assert msgs(got) == [b"c", b"d", b"e"]
         assert [e.cursor.seqnum for e in got] == [3, 4, 5] and reader.last_cursor == got[-1].cursor
-        assert rec.gaps == [] and rec.exits == [] and rec.skipped == []
+        assert gaps(rec) == [] and exits(rec) == [] and skipped(rec) == []
     finally:
         await reader.close()
 
@@ -133,7 +109,7 @@ async def test_a_restart_from_a_stored_cursor_has_no_duplicate_and_no_loss(tmp_p
     try:
         got = await take(again, 4)
         assert msgs(got) == [b"m4", b"m5", b"m6", b"m7"]
-        assert rec.starts == [committed] and rec.gaps == []
+        assert starts(rec) == [committed] and gaps(rec) == []
     finally:
         await again.close()
 
@@ -168,7 +144,7 @@ async def test_entries_of_an_earlier_boot_are_read_after_a_restart(tmp_path: Pat
         j.new_boot()
         j.append("boot3 a")
         assert msgs(await take(again, 1)) == [b"boot3 a"]
-        assert rec.gaps == []
+        assert gaps(rec) == []
     finally:
         await again.close()
 
@@ -179,10 +155,10 @@ async def test_start_at_end_reads_only_new_entries(tmp_path: Path) -> None:
     reader, rec, _ = make_reader(j, start_at="end")
     try:
         pending = asyncio.ensure_future(take(reader, 1))
-        await asyncio.wait_for(_until_started(rec), TIMEOUT_S)
+        await async_wait_until(lambda: starts(rec), "journalctl to start", TIMEOUT_S, interval_s=0.01)
         j.append("new")
         assert msgs(await pending) == [b"new"]
-        assert rec.starts[0] is not None and parse_cursor(rec.starts[0]).seqnum == 2  # type: ignore[union-attr]
+        assert starts(rec)[0] is not None and parse_cursor(starts(rec)[0]).seqnum == 2  # type: ignore[union-attr]
         assert reader.start_position is not None and reader.start_position.seqnum == 2
     finally:
         await reader.close()
@@ -194,20 +170,15 @@ async def test_start_at_end_survives_a_child_restart_before_the_first_entry(tmp_
     reader, rec, _ = make_reader(j, start_at="end")
     try:
         pending = asyncio.ensure_future(take(reader, 1))
-        await asyncio.wait_for(_until_started(rec), TIMEOUT_S)
+        await async_wait_until(lambda: starts(rec), "journalctl to start", TIMEOUT_S, interval_s=0.01)
         pid = reader.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         j.append("new")
         assert msgs(await pending) == [b"new"]
-        assert len(rec.starts) == 2 and rec.starts[0] == rec.starts[1]
+        assert len(starts(rec)) == 2 and starts(rec)[0] == starts(rec)[1]
     finally:
         await reader.close()
-
-
-async def _until_started(rec: Recorder) -> None:
-    while not rec.starts:
-        await asyncio.sleep(0.01)
 
 
 async def test_rotation_while_running_loses_nothing(tmp_path: Path) -> None:
@@ -223,7 +194,7 @@ async def test_rotation_while_running_loses_nothing(tmp_path: Path) -> None:
         got = await take(reader, 3, "after rotation")
         assert msgs(got) == [b"b1", b"b2", b"o1"]
         assert [e.cursor.seqnum for e in got[:2]] == [3, 4]
-        assert rec.gaps == []
+        assert gaps(rec) == []
     finally:
         await reader.close()
 
@@ -239,13 +210,13 @@ async def test_a_vacuumed_stored_cursor_is_reported_once_with_the_entries_lost(t
     again, rec, _ = make_reader(j, position=stored)
     try:
         assert msgs(await take(again, 2)) == [b"b1", b"b2"]
-        assert len(rec.gaps) == 1
-        g = rec.gaps[0]
+        assert len(gaps(rec)) == 1
+        g = gaps(rec)[0]
         assert (g.reason, g.after, g.lost_entries) == ("vacuumed", stored, 2)
         assert g.resumed_at is not None and parse_cursor(g.resumed_at).seqnum == 5  # type: ignore[union-attr]
         assert again.gaps == 1 and again.entries_lost == 2
         j.append("b3")
-        assert msgs(await take(again, 1)) == [b"b3"] and len(rec.gaps) == 1
+        assert msgs(await take(again, 1)) == [b"b3"] and len(gaps(rec)) == 1
     finally:
         await again.close()
 
@@ -260,7 +231,7 @@ async def test_a_vacuumed_cursor_that_was_the_files_last_entry_loses_nothing(tmp
     j.vacuum()
     again, rec, _ = make_reader(j, position=stored)
     try:
-        assert msgs(await take(again, 1)) == [b"b1"] and rec.gaps == []
+        assert msgs(await take(again, 1)) == [b"b1"] and gaps(rec) == []
     finally:
         await again.close()
 
@@ -277,7 +248,7 @@ async def test_with_a_unit_filter_the_gap_is_measured_on_the_whole_journal(tmp_p
     again, rec, _ = make_reader(j, position=stored, units=("app",))
     try:
         assert msgs(await take(again, 1)) == [b"app3"]
-        assert [(g.reason, g.lost_entries) for g in rec.gaps] == [("vacuumed", 3)]   # seqnums 2, 3, 4
+        assert [(g.reason, g.lost_entries) for g in gaps(rec)] == [("vacuumed", 3)]   # seqnums 2, 3, 4
     finally:
         await again.close()
 
@@ -291,7 +262,7 @@ async def test_with_a_unit_filter_a_present_cursor_is_no_gap(tmp_path: Path) -> 
     j.append("app2")
     again, rec, _ = make_reader(j, position=stored, units=("app.service",))   # then the filter came
     try:
-        assert msgs(await take(again, 1)) == [b"app2"] and rec.gaps == []
+        assert msgs(await take(again, 1)) == [b"app2"] and gaps(rec) == []
     finally:
         await again.close()
 
@@ -314,7 +285,7 @@ async def test_an_unusable_stored_cursor_is_a_gap_and_reading_starts_at_the_olde
         reader, rec, _ = make_reader(j, position=bad)
         try:
             assert msgs(await take(reader, 2)) == [b"a", b"b"]
-            assert [(g.reason, g.after) for g in rec.gaps] == [("cursor_invalid", bad)]
+            assert [(g.reason, g.after) for g in gaps(rec)] == [("cursor_invalid", bad)]
         finally:
             await reader.close()
 
@@ -326,8 +297,8 @@ async def test_a_cursor_journalctl_refuses_is_a_gap_then_the_oldest(tmp_path: Pa
     reader, rec, clock = make_reader(j, position=bad)
     try:
         assert msgs(await take(reader, 1)) == [b"a"]
-        assert [g.reason for g in rec.gaps] == ["cursor_invalid"]
-        assert [kind for _, kind, _ in rec.exits] == ["cursor_invalid"] and clock.slept == [0.5]
+        assert [g.reason for g in gaps(rec)] == ["cursor_invalid"]
+        assert [kind for _, kind, _ in exits(rec)] == ["cursor_invalid"] and clock.slept == [0.5]
     finally:
         await reader.close()
 
@@ -343,9 +314,9 @@ async def test_a_killed_child_is_restarted_with_backoff_without_duplicates(tmp_p
         os.kill(pid, signal.SIGKILL)
         j.append("c")
         assert msgs(await take(reader, 1, "after the kill")) == [b"c"]
-        assert rec.exits and rec.exits[0][0] == -signal.SIGKILL and clock.slept == [0.25]
-        assert len(rec.starts) == 2
-        assert rec.starts[1] is not None and parse_cursor(rec.starts[1]).seqnum == 2  # type: ignore[union-attr]
+        assert exits(rec) and exits(rec)[0][0] == -signal.SIGKILL and clock.slept == [0.25]
+        assert len(starts(rec)) == 2
+        assert starts(rec)[1] is not None and parse_cursor(starts(rec)[1]).seqnum == 2  # type: ignore[union-attr]
     finally:
         await reader.close()
 
@@ -354,14 +325,11 @@ async def test_a_failing_journalctl_backs_off_exponentially(tmp_path: Path) -> N
     j = Journal(tmp_path / "j")
     reader, rec, clock = make_reader(j, directory=str(tmp_path / "missing"), restart_initial_s=1.0, restart_max_s=4.0)
 
-    async def until_exits(n: int) -> None:
-        while len(rec.exits) < n:
-            await asyncio.sleep(0)
-
     task = asyncio.ensure_future(reader.read())
     try:
-        await asyncio.wait_for(until_exits(4), TIMEOUT_S)
-        assert {kind for _, kind, _ in rec.exits} == {"no_directory"}
+        await async_wait_until(lambda: len(exits(rec)) >= 4, lambda: f"four failed starts (exits: {exits(rec)})",
+                               TIMEOUT_S, interval_s=0.001)
+        assert {kind for _, kind, _ in exits(rec)} == {"no_directory"}
         assert clock.slept[0] == 1.0 and all(1.0 <= s <= 4.0 for s in clock.slept)
     finally:
         await reader.close()
@@ -382,7 +350,7 @@ async def test_malformed_output_is_skipped_with_a_warning_never_a_stop(tmp_path:
     reader, rec, _ = make_reader(j, executable=exe)
     try:
         assert msgs(await take(reader, 1)) == [b"a"]
-        assert rec.skipped == ["invalid JSON", "not a JSON object", "no valid __CURSOR"]
+        assert skipped(rec) == ["invalid JSON", "not a JSON object", "no valid __CURSOR"]
         j.append("b")
         assert msgs(await take(reader, 1)) == [b"b"]
     finally:
@@ -408,7 +376,7 @@ async def test_an_entry_over_max_entry_bytes_is_skipped_and_counted(tmp_path: Pa
     reader, rec, _ = make_reader(j, max_entry_bytes=200 * 1024, chunk_bytes=16 * 1024)
     try:
         assert msgs(await take(reader, 2)) == [b"small", b"next"]
-        assert rec.skipped == ["entry over 204800 bytes"] and reader.skipped == 1
+        assert skipped(rec) == ["entry over 204800 bytes"] and reader.skipped == 1
     finally:
         await reader.close()
 

@@ -21,27 +21,23 @@ from aiohttp import web
 
 from shipper.config import Config, ElasticsearchConfig, RetryConfig, TLSConfig, load_config_text
 from shipper.errors import ConfigError, TransportError
-from shipper.events import Events
 from shipper.model import Batch
 from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
 from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
-from tests.support.fake_clock import FakeClock as SharedFakeClock
+from tests.support.fake_clock import FakeClock, RecordingEvents
+from tests.support.wait import async_wait_until
 
 
-def FakeClock() -> SharedFakeClock:  # noqa: N802  (the tests' own name for it)
+def _clock() -> FakeClock:
     """The shared fake clock, its wall time tied to its monotonic time (as these tests expect)."""
-    return SharedFakeClock(wall=1_000.0)
+    return FakeClock(wall=1_000.0)
 
 
-class Recording(Events):
-    def __init__(self) -> None:
-        self.retries: list[str] = []
-
-    def retry_scheduled(self, reason: str, delay_s: float, host: str | None) -> None:
-        self.retries.append(reason)
+def _retry_reasons(ev: RecordingEvents) -> list[str]:
+    return [reason for reason, _, _ in ev.of("retry_scheduled")]
 
 
 # ---------------------------------------------------------------- certificates (openssl CLI)
@@ -151,10 +147,10 @@ class TLSServer:
         await self.runner.cleanup()
 
 
-def _sender(url: str, tls: TLSConfig, events: Recording | None = None, clock: FakeClock | None = None) -> Sender:
+def _sender(url: str, tls: TLSConfig, events: RecordingEvents | None = None, clock: FakeClock | None = None) -> Sender:
     cfg = Config(output=ElasticsearchConfig(hosts=(url,), compression="none", tls=tls),
                  retry=RetryConfig(initial_backoff_s=0.1, max_backoff_s=30.0))
-    return Sender(cfg, events or Recording(), clock or FakeClock())
+    return Sender(cfg, events or RecordingEvents(), clock or _clock())
 
 
 def _attempt(n: int) -> Batch:
@@ -163,13 +159,9 @@ def _attempt(n: int) -> Batch:
     return Batch(body, False, n)
 
 
-async def _wait_retries(ev: Recording, n: int, what: str, timeout_s: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while len(ev.retries) < n:
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; retries: {ev.retries[-3:]}")
-        await asyncio.sleep(0.01)
+async def _wait_retries(ev: RecordingEvents, n: int, what: str, timeout_s: float = 20.0) -> None:
+    await async_wait_until(lambda: len(_retry_reasons(ev)) >= n,
+                           lambda: f"{what}; retries: {_retry_reasons(ev)[-3:]}", timeout_s, interval_s=0.01)
 
 
 # ---------------------------------------------------------------- pure parts
@@ -225,7 +217,7 @@ async def test_client_certificate_good_is_delivered(pki: Pki) -> None:
 
 async def test_wrong_client_certificate_is_a_clear_retryable_error_and_resumes_when_trusted(pki: Pki) -> None:
     async with TLSServer(pki, client_ca="client-ca") as srv:
-        ev, clock = Recording(), FakeClock()
+        ev, clock = RecordingEvents(), _clock()
         s = _sender(srv.url, TLSConfig(ca_file=str(pki["http-ca"]), cert_file=str(pki["client-bad"]),
                                        key_file=str(pki["client-bad.key"])), ev, clock)
         try:
@@ -237,7 +229,7 @@ async def test_wrong_client_certificate_is_a_clear_retryable_error_and_resumes_w
             delivery = asyncio.create_task(s.deliver(_attempt(3)))
             await _wait_retries(ev, 3, "retries with the refused client certificate")
             assert not delivery.done() and srv.ids == []
-            before_fix = list(ev.retries)
+            before_fix = _retry_reasons(ev)
             srv.ctx.load_verify_locations(str(pki["rogue-ca"]))     # the fix: the server trusts its CA
             assert await asyncio.wait_for(delivery, 20) == []
             assert srv.ids == ["id-0", "id-1", "id-2"]               # nothing lost, nothing twice
@@ -273,7 +265,7 @@ async def test_pinned_ca_fingerprint_is_trusted_with_host_name_checked(pki: Pki)
 async def test_fingerprint_mismatch_is_clear_nothing_lost_and_resumes_when_the_server_presents_the_pinned_ca(
         pki: Pki) -> None:
     async with TLSServer(pki, ca_name="other-ca") as srv:
-        ev, clock = Recording(), FakeClock()
+        ev, clock = RecordingEvents(), _clock()
         s = _sender(srv.url, TLSConfig(ca_fingerprint=sha256_of(pki["http-ca"])), ev, clock)
         try:
             res = await s.post(_attempt(2))
