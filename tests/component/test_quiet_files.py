@@ -140,9 +140,9 @@ async def test_the_full_look_finds_a_write_no_event_names_and_reads_that_file_ev
     reads.clear()
     with open(elsewhere / "a.link", "ab") as f:
         f.write(_line(1))
-    for _ in range(5):
-        await asyncio.sleep(0.02)
-        rig.p.read_round()
+    with open(logs / "b.log", "ab") as f:             # then a write inotify names: its event comes after
+        f.write(_line(50))                             # anything the first write could have queued
+    await _round_until(rig, lambda: "b.log" in reads, "the named write to b.log, made after the unnamed one")
     assert rig.count("m1") == 0 and "a.log" not in reads
 
     rig.clock.advance(FULL_LOOK_S)
