@@ -107,6 +107,10 @@ class ElasticsearchConfig:
     data_stream: DataStreamConfig | None = None   # set: `index` is the data stream's name
     cloud_id: str | None = None                    # set: `hosts` is the deployment's decoded https URL
     document_id: DocumentIdMode = "auto"           # none: `create` without `_id`, at least once
+    proxy_url: str | None = None                   # a forward proxy for every host (NO_PROXY still exempts)
+    # per host, in `hosts` order: (where it came from, the proxy URL) or None for a direct connection;
+    # resolved at load from proxy_url and the environment (https_proxy, http_proxy, no_proxy); (): all direct
+    host_proxies: tuple[tuple[str, str] | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +264,27 @@ def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:
     return mode
 
 
-def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
+def _host_proxies(hosts: tuple[str, ...], proxy_url: str | None, env: Mapping[str, str],
+                  lines: _Lines) -> tuple[tuple[str, str] | None, ...]:
+    """Which proxy each host is reached through; a proxy URL that does not parse names its key or variable."""
+    from urllib.parse import urlsplit
+
+    from shipper.ship.proxy import chosen_proxy, parse_proxy
+    out: list[tuple[str, str] | None] = []
+    for h in hosts:
+        parts = urlsplit(h)
+        chosen = chosen_proxy(parts.scheme.lower(), parts.hostname or "", proxy_url, env)
+        if chosen is not None:
+            from_config = chosen[0].startswith("output.")
+            try:
+                parse_proxy(chosen[1], chosen[0] if from_config else f"{chosen[0]} (environment)")
+            except ConfigError as e:
+                raise (lines.error(e.key, e.message) if from_config else e) from None
+        out.append(chosen)
+    return tuple(out) if any(out) else ()
+
+
+def _output(data: Any, lines: _Lines, env: Mapping[str, str] | None = None) -> ElasticsearchConfig:
     top = _Section(data, "output", lines)
     es = _Section(top.raw("elasticsearch"), "output.elasticsearch", lines)
     top.finish()
@@ -298,6 +322,7 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
     index = data_stream.name if data_stream is not None else es.string("index", _ES_DEFAULTS.index)
     if not index:
         raise lines.error("output.elasticsearch.index", "must not be empty")
+    proxy_url = es.string("proxy_url", None) or None
     username = es.string("username", None)
     password = es.string("password", None)
     if password is not None and username is None:
@@ -321,6 +346,9 @@ def _output(data: Any, lines: _Lines) -> ElasticsearchConfig:
         data_stream=data_stream,
         cloud_id=cloud_id,
         document_id=es.string("document_id", _ES_DEFAULTS.document_id, ("auto", "none")),
+        proxy_url=proxy_url,
+        host_proxies=_host_proxies(tuple(h.rstrip("/") for h in hosts), proxy_url,
+                                   os.environ if env is None else env, lines),
     )
     es.finish()
     return cfg
@@ -352,7 +380,7 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
     if isinstance(lv, str) and lv.strip().lower() in ("warn", "warning", "debug", "info", "error"):
         s.data["log_level"] = "warning" if lv.strip().lower() == "warn" else lv.strip().lower()
     level = s.string("log_level", _TOP_DEFAULTS.log_level, ("debug", "info", "warning", "error"))
-    output = _output(s.raw("output"), lines)
+    output = _output(s.raw("output"), lines, env)
     if output.data_stream is not None:
         for i, inp in enumerate(inputs):
             if inp.index is not None and "%" in inp.index:

@@ -66,19 +66,23 @@ def check(config_path: str) -> int:
     else:
         print(f"state_dir: {sd}: writable")
 
-    async def probe_output() -> tuple[list[tuple[str, bool, str]], Inspection]:
+    async def probe_output() -> tuple[list[tuple[str, bool, str]], Inspection, dict[str, str]]:
         client = BulkClient(cfg.output, Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s))
+        routes = {h.label: h.route for h in client.hosts} if any(h.proxy for h in client.hosts) else {}
         try:
             probes = await client.probe()
             if not any(up for _h, up, _d in probes):
-                return probes, Inspection()
-            return probes, await inspect(client, cfg)
+                return probes, Inspection(), routes
+            return probes, await inspect(client, cfg), routes
         finally:
             await client.close()
 
-    probes, templates = asyncio.run(probe_output())
+    probes, templates, routes = asyncio.run(probe_output())
     for host, up, detail in probes:
         print(f"output: {host}: {'ok' if up else 'FAILED'} ({detail})")
+        if host in routes:
+            # the probe above went the same way: a proxy that refuses shows as the host's failure
+            print(f"output: {host}: reached {routes[host]}")
         ok = ok and up
     if not cfg.output.tls.verify and any(h.startswith("https:") for h in cfg.output.hosts):
         print("output: WARNING: TLS verification is off (tls.verify: false)")

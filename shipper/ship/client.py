@@ -29,6 +29,7 @@ from shipper.ship import http1
 from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
 from shipper.ship.bulk import FAILURE_STORE_MARK, FILTER_PATH, parse_retry_after
+from shipper.ship.proxy import Proxy, ProxyError, parse_proxy, secrets_of
 
 log = logging.getLogger("shipper.output")
 
@@ -80,6 +81,15 @@ class Host:
     down_until: float = 0.0  # monotonic
     origin: http1.Origin | None = None
     base_path: str = ""      # a path prefix in the URL (a proxy's /es, say), without the final /
+    proxy: Proxy | None = None          # the forward proxy it is reached through
+    proxy_source: str | None = None     # where that came from: output.elasticsearch.proxy_url, https_proxy, ...
+
+    @property
+    def route(self) -> str:
+        """How it is reached, for `shipper check` and the start-up log."""
+        if self.proxy is None:
+            return "directly"
+        return f"through proxy {self.proxy.label} (from {self.proxy_source})"
 
     def is_up(self, now: float) -> bool:
         return now >= self.down_until
@@ -105,7 +115,7 @@ class BulkClient:
         self._rng = rng or random.Random()
         self._clock = clock or SystemClock()
         self.hosts: list[Host] = []
-        for h in cfg.hosts:
+        for i, h in enumerate(cfg.hosts):
             parts = urlsplit(h)
             auth = None
             if parts.username:
@@ -118,7 +128,14 @@ class BulkClient:
             scheme = (parts.scheme or "http").lower()
             origin = http1.Origin(scheme, parts.hostname or "localhost",
                                   parts.port or (443 if scheme == "https" else 80))
-            self.hosts.append(Host(clean, clean, auth, origin=origin, base_path=parts.path.rstrip("/")))
+            chosen = cfg.host_proxies[i] if i < len(cfg.host_proxies) else None
+            proxy = None
+            if chosen is not None:
+                for secret in secrets_of(chosen[1]):
+                    register_secret(secret)
+                proxy = parse_proxy(chosen[1], chosen[0])
+            self.hosts.append(Host(clean, clean, auth, origin=origin, base_path=parts.path.rstrip("/"),
+                                   proxy=proxy, proxy_source=chosen[0] if chosen else None))
         self._next = 0
         self._pool: http1.Pool | None = None
         headers = {"Content-Type": "application/x-ndjson", "Accept": "application/json",
@@ -162,7 +179,8 @@ class BulkClient:
         parts = urlsplit(host.url)
         try:
             chain = await tlsmod.fetch_chain(parts.hostname or "", parts.port or 443,
-                                             tlsmod.chain_context(self.cfg.tls), min(10.0, self.cfg.timeout_s))
+                                             tlsmod.chain_context(self.cfg.tls), min(10.0, self.cfg.timeout_s),
+                                             host.proxy)
         except TimeoutError:
             raise TransportError(f"timeout after {min(10.0, self.cfg.timeout_s):g}s", host=host.label) from None
         except (OSError, ssl.SSLError) as e:
@@ -185,11 +203,12 @@ class BulkClient:
         if isinstance(e, asyncio.TimeoutError):
             return TransportError(f"timeout after {self.cfg.timeout_s:g}s", host=host.label)
         if (host.url.startswith("https:") and tlsmod.describe_tls_error(e, self.cfg.tls) is None
-                and isinstance(e, (ConnectionError, OSError)) and not isinstance(e, http1.ProtocolError)):
+                and isinstance(e, (ConnectionError, OSError))
+                and not isinstance(e, (http1.ProtocolError, ProxyError))):
             # a reset on https: a refused client certificate looks like this under TLS 1.3
             parts = urlsplit(host.url)
             found = await tlsmod.diagnose(parts.hostname or "", parts.port or 443, self._tls,
-                                          min(5.0, self.cfg.timeout_s))
+                                          min(5.0, self.cfg.timeout_s), host.proxy)
             if found is not None and tlsmod.describe_tls_error(found, self.cfg.tls) is not None:
                 e = found
         return TransportError(self._describe(e), host=host.label)
@@ -233,8 +252,9 @@ class BulkClient:
 
     def pool(self) -> http1.Pool:
         if self._pool is None:
+            proxies = {h.origin: h.proxy for h in self.hosts if h.proxy is not None and h.origin is not None}
             self._pool = http1.Pool(self._ssl(), connect_timeout_s=min(10.0, self.cfg.timeout_s),
-                                    keepalive_s=30.0, max_idle=max(4, self.cfg.max_in_flight * 2))
+                                    keepalive_s=30.0, max_idle=max(4, self.cfg.max_in_flight * 2), proxies=proxies)
         return self._pool
 
     async def _send(self, host: Host, method: str, path: str, headers: dict[str, str], body: bytes) -> http1.Response:
@@ -242,7 +262,12 @@ class BulkClient:
         (ssl.SSLError, http1.ProtocolError) when no whole answer came."""
         assert host.origin is not None
         async with asyncio.timeout(self.cfg.timeout_s):
-            return await self.pool().request(host.origin, method, host.base_path + path, headers, body)
+            resp = await self.pool().request(host.origin, method, host.base_path + path, headers, body)
+        if resp.status == 407 and host.proxy is not None:
+            # only a proxy answers 407: the request never reached the destination
+            raise ProxyError(f"the proxy {host.proxy.label} refused the request: HTTP 407 "
+                             f"(proxy authentication required; check the proxy URL's user and password)")
+        return resp
 
     async def close(self) -> None:
         if self._pool is not None:

@@ -7,7 +7,8 @@ the answer wakes the caller in the next, ~0.1 ms in all. At the rates most hosts
 requests a second) that is most of the shipper's CPU. What is here is the part of HTTP/1.1 a
 bulk client needs: one request per connection at a time, Content-Length and chunked answers,
 answers read to EOF, `Connection: close`, gzip/deflate answers, TLS through asyncio's own
-SSL transport, idle connections closed after `keepalive_s`. No proxies, no redirects, no
+SSL transport, idle connections closed after `keepalive_s`, and a forward proxy per origin
+(ship/proxy.py: a CONNECT tunnel for https, absolute-form requests for http). No redirects, no
 cookies: the output never needed them.
 
 Every failure is an OSError (a `ProtocolError` for an answer that is not HTTP), TimeoutError or
@@ -19,7 +20,12 @@ from __future__ import annotations
 import asyncio
 import ssl
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shipper.ship.proxy import Proxy
 
 _MAX_HEAD = 64 * 1024          # status line + headers
 _MAX_BODY = 256 * 1024 * 1024  # an answer larger than this is not an Elasticsearch answer
@@ -279,6 +285,7 @@ class Pool:
     connect_timeout_s: float = 10.0
     keepalive_s: float = 30.0
     max_idle: int = 8
+    proxies: Mapping[Origin, Proxy] = field(default_factory=dict)   # origins reached through a proxy
     _idle: dict[Origin, list[_Conn]] = field(default_factory=dict)
     _default_ctx: ssl.SSLContext | None = None
     _closed: bool = False
@@ -297,10 +304,23 @@ class Pool:
     async def _connect(self, origin: Origin) -> _Conn:
         loop = asyncio.get_running_loop()
         ssl_arg = self._ctx() if origin.scheme == "https" else None
+        proxy = self.proxies.get(origin)
         async with asyncio.timeout(self.connect_timeout_s):
-            _t, conn = await loop.create_connection(
-                lambda: _Conn(loop), origin.host, origin.port, ssl=ssl_arg,
-                server_hostname=origin.host if ssl_arg is not None else None)
+            if proxy is None:
+                _t, conn = await loop.create_connection(
+                    lambda: _Conn(loop), origin.host, origin.port, ssl=ssl_arg,
+                    server_hostname=origin.host if ssl_arg is not None else None)
+            elif ssl_arg is None:
+                _t, conn = await loop.create_connection(lambda: _Conn(loop), proxy.host, proxy.port)
+            else:
+                # TLS end to end through the tunnel: SNI and the certificate are the destination's
+                sock = await proxy.open(origin.host, origin.port)
+                try:
+                    _t, conn = await loop.create_connection(lambda: _Conn(loop), sock=sock, ssl=ssl_arg,
+                                                            server_hostname=origin.host)
+                except BaseException:
+                    sock.close()
+                    raise
         return conn
 
     def _take_idle(self, origin: Origin, now: float) -> _Conn | None:
@@ -319,6 +339,11 @@ class Pool:
         if self._closed:
             raise ConnectionError("the HTTP client is closed")
         loop = asyncio.get_running_loop()
+        proxy = self.proxies.get(origin) if origin.scheme == "http" else None
+        if proxy is not None:
+            # through a proxy, a plain-http request names the whole URL (absolute form)
+            target = f"http://{origin.host_header}{target}"
+            headers = {**headers, **proxy.headers()}
         head = [f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n"]
         for k, v in headers.items():
             head.append(f"{k}: {v}\r\n")

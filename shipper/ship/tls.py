@@ -15,9 +15,12 @@ import hashlib
 import logging
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shipper.config import TLSConfig
+
+if TYPE_CHECKING:
+    from shipper.ship.proxy import Proxy
 
 log = logging.getLogger("shipper.output")
 
@@ -144,10 +147,23 @@ def peer_chain(ssl_object: Any) -> list[bytes]:
     return [leaf] if leaf else []
 
 
-async def fetch_chain(host: str, port: int, ctx: ssl.SSLContext, timeout_s: float) -> list[bytes]:
+async def _open_tls(host: str, port: int, ctx: ssl.SSLContext | bool,
+                    proxy: Proxy | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A TLS stream to host:port, through the proxy's tunnel when there is one (TLS end to end)."""
+    if proxy is None:
+        return await asyncio.open_connection(host, port, ssl=ctx, server_hostname=host)
+    sock = await proxy.open(host, port)
+    try:
+        return await asyncio.open_connection(sock=sock, ssl=ctx, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
+
+
+async def fetch_chain(host: str, port: int, ctx: ssl.SSLContext, timeout_s: float,
+                      proxy: Proxy | None = None) -> list[bytes]:
     """Connect, complete the TLS handshake, read the chain and close: nothing is sent."""
-    reader_writer = await asyncio.wait_for(
-        asyncio.open_connection(host, port, ssl=ctx, server_hostname=host), timeout_s)
+    reader_writer = await asyncio.wait_for(_open_tls(host, port, ctx, proxy), timeout_s)
     _reader, writer = reader_writer
     try:
         return peer_chain(writer.get_extra_info("ssl_object"))
@@ -159,14 +175,14 @@ async def fetch_chain(host: str, port: int, ctx: ssl.SSLContext, timeout_s: floa
             pass
 
 
-async def diagnose(host: str, port: int, ctx: ssl.SSLContext | bool, timeout_s: float) -> BaseException | None:
+async def diagnose(host: str, port: int, ctx: ssl.SSLContext | bool, timeout_s: float,
+                   proxy: Proxy | None = None) -> BaseException | None:
     """After a connection reset on an https host: what a fresh connection's TLS says. With TLS 1.3
     the server judges the client certificate after the handshake, so its alert (unknown CA, bad
     certificate) arrives as the first record, which the failed request never read; a short read
     gets it. None when the connection looks healthy (the server waits for a request)."""
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=ctx, server_hostname=host), timeout_s)
+        reader, writer = await asyncio.wait_for(_open_tls(host, port, ctx, proxy), timeout_s)
     except (TimeoutError, OSError, ssl.SSLError) as e:
         return e
     try:

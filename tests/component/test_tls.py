@@ -28,6 +28,8 @@ from shipper.ship.client import BulkClient
 from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
 from tests.support.fake_clock import FakeClock, RecordingEvents
+from tests.support.pki import make_ca as _ca
+from tests.support.pki import make_leaf as _leaf
 from tests.support.wait import async_wait_until
 
 
@@ -49,28 +51,6 @@ class Pki:
 
     def __getitem__(self, name: str) -> Path:
         return self.files[name]
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def _ca(d: Path, name: str) -> tuple[Path, Path]:
-    key, crt = d / f"{name}.key", d / f"{name}.crt"
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", f"/CN={name}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
-    return crt, key
-
-
-def _leaf(d: Path, name: str, ca: tuple[Path, Path], ext: str) -> tuple[Path, Path]:
-    key, csr, crt, extfile = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.crt", d / f"{name}.ext"
-    extfile.write_text(ext)
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key),
-             "-out", str(csr), "-subj", f"/CN={name}")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
-             "-out", str(crt), "-days", "2", "-extfile", str(extfile))
-    return crt, key
 
 
 @pytest.fixture(scope="module")

@@ -207,6 +207,9 @@ def read_metrics_listen(config_path: str | os.PathLike[str]) -> str | None:
     return metrics.get("listen", DEFAULT_METRICS_LISTEN) if isinstance(metrics, dict) else DEFAULT_METRICS_LISTEN
 
 
+_PROXY_VARS = frozenset(("http_proxy", "https_proxy", "no_proxy", "all_proxy"))
+
+
 class Daemon:
     """`python -m shipper run -c CONFIG` as a subprocess, in its own session.
 
@@ -238,7 +241,9 @@ class Daemon:
     # ------------------------------------------------------------------ process control
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        # a proxy in the test runner's environment would carry the daemon's loopback traffic:
+        # only a test's own `env` gives the daemon one
+        env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env.update(self.env)

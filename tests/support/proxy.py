@@ -16,6 +16,7 @@ import gzip
 import json
 import random
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -130,10 +131,12 @@ class FaultProxy:
     removed from the forwarded body, so they really are not indexed). Otherwise it forwards.
     """
 
-    def __init__(self, upstream_url: str, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, upstream_url: str, *, host: str = "127.0.0.1", port: int = 0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.upstream_url = upstream_url.rstrip("/")
         self.host = host
         self._port = port
+        self._ssl_context = ssl_context       # set: it answers https (the test's certificates)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -175,7 +178,7 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self._port}"
+        return f"{'https' if self._ssl_context else 'http'}://{self.host}:{self._port}"
 
     def start(self) -> FaultProxy:
         if self._thread is not None:
@@ -241,7 +244,7 @@ class FaultProxy:
             raise
         self._port = sock.getsockname()[1]
         self._sock = sock
-        self._site = web.SockSite(self._runner, sock)
+        self._site = web.SockSite(self._runner, sock, ssl_context=self._ssl_context)
         await self._site.start()
 
     async def _unlisten(self) -> None:
