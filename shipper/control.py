@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Literal
 
+from shipper import statedir
 from shipper.clock import Clock
 from shipper.events import Events
 from shipper.model import BatchMeta
@@ -31,12 +32,19 @@ DLQ_ANSWER = "dlq.answer"
 DLQ_ACTIONS: tuple[DlqAction, ...] = ("replay", "purge")
 
 
+REQUEST_MAX_BYTES = 4096      # a request or an answer is one short line
+
+
 def _write_atomically(path: str, text: str) -> None:
     """The reader never sees half a file: written beside it, then renamed over it."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    statedir.write_atomically(path, text.encode())
+
+
+def _read(path: str) -> str:
+    got = statedir.read_file(path, REQUEST_MAX_BYTES)
+    if got is None:
+        raise FileNotFoundError(path)
+    return got.decode("utf-8", "replace")
 
 
 def dlq_request(state_dir: str, action: DlqAction, nonce: str) -> None:
@@ -70,9 +78,8 @@ def dlq_claim(state_dir: str) -> tuple[DlqAction, str, str] | None:
         except FileNotFoundError:
             return None
     try:
-        with open(claimed) as f:
-            action, _, nonce = f.read().strip().partition(" ")
-    except OSError:
+        action, _, nonce = _read(claimed).strip().partition(" ")
+    except (OSError, statedir.UnsafeStateDir):
         return None
     if action == "replay":
         return "replay", nonce, claimed
@@ -94,9 +101,8 @@ def dlq_answer(state_dir: str, claimed: str, nonce: str, action: DlqAction, coun
 def dlq_read_answer(state_dir: str, nonce: str) -> int | None:
     """The count the daemon answered for this request, or None while there is no answer yet."""
     try:
-        with open(os.path.join(state_dir, DLQ_ANSWER)) as f:
-            got, _action, count = f.read().split()
-    except (OSError, ValueError):
+        got, _action, count = _read(os.path.join(state_dir, DLQ_ANSWER)).split()
+    except (OSError, ValueError, statedir.UnsafeStateDir):
         return None
     return int(count) if got == nonce else None
 

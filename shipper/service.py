@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from shipper import __version__, native, sdnotify, settings
+from shipper import __version__, native, sdnotify, settings, statedir
 from shipper.clock import IDLE_EARLY_S, Clock, SystemClock
 from shipper.config import Config, InputConfig
 from shipper.errors import ConfigError, ShipperError
@@ -81,9 +81,9 @@ class StateLock:
     """One daemon per state_dir: an flock on state_dir/lock, released by the kernel on any exit."""
 
     def __init__(self, state_dir: str) -> None:
-        os.makedirs(state_dir, exist_ok=True)
+        statedir.make_dir(state_dir)          # 0700 when made here
         self.path = os.path.join(state_dir, "lock")
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.fd = statedir.open_file(self.path, os.O_RDWR | os.O_CREAT)     # no link followed, 0600
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -113,18 +113,14 @@ def register_config_secrets(cfg: Config) -> None:
 
 def write_status(state_dir: str, doc: dict[str, Any]) -> None:
     """Atomically replace state_dir/status.json (read by `shipper status`)."""
-    path = os.path.join(state_dir, STATUS_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps(doc))
-    os.replace(tmp, path)
+    statedir.write_atomically(os.path.join(state_dir, STATUS_FILE), orjson.dumps(doc))
 
 
 def vouch_status(state_dir: str) -> bool:
     """Say that state_dir/status.json still holds (its mtime now: `shipper status` reads it as the
     time it was last updated). False when it is not there to vouch for (write it instead)."""
     try:
-        os.utime(os.path.join(state_dir, STATUS_FILE))
+        os.utime(os.path.join(state_dir, STATUS_FILE), follow_symlinks=False)
         return True
     except OSError:
         return False

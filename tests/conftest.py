@@ -7,6 +7,8 @@ the helpers themselves live in tests/support/.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -95,3 +97,14 @@ def daemon_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[D
     if _failed(request):
         for i, d in enumerate(daemons):
             print(f"\n=== daemon {i} ({d.config_path}), exit code {d.returncode} ===\n{d.tail(200)}")
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temp dir `nobody` can traverse (pytest's own base dir is 0700)."""
+    d = Path(tempfile.mkdtemp(prefix="shipper-open-"))
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

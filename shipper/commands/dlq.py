@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 
-from shipper import settings
+from shipper import settings, statedir
 from shipper.commands.status import daemon_running
+from shipper.config import Config
 from shipper.control import DlqAction, dlq_cancel, dlq_read_answer, dlq_request
 from shipper.errors import ShipperError
 from shipper.ship import bulk as bulkproto
@@ -63,6 +64,11 @@ def _through_daemon(state_dir: str, action: DlqAction) -> int:
 
 def dlq(config_path: str, action: str) -> int:
     cfg = settings.load(config_path)
+    with statedir.as_owner(cfg.state_dir):       # root on another user's state dir: as that user
+        return _dlq(cfg, action)
+
+
+def _dlq(cfg: Config, action: str) -> int:
     if action == "list":
         if not os.path.isdir(os.path.join(cfg.state_dir, "spool")):
             return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -70,6 +71,9 @@ def load(path: str) -> Config:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # what shipper creates (the state dir's files, SQLite's among them) is its own, whatever umask
+    # it was started with (the unit sets UMask=0077 too; statedir.py sets the modes it creates)
+    os.umask(0o077)
     try:
         if args.command == "run":
             cfg = load(args.config)
@@ -111,7 +115,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # `shipper dlq list | head`: the reader went away; say nothing more
-        import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return 2

@@ -11,13 +11,14 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Literal
 
-from shipper import settings
+from shipper import settings, statedir
 from shipper.commands.status import daemon_running
 from shipper.config import Config, MetricsConfig
 from shipper.errors import ShipperError, StateDamagedError
-from shipper.spool import salvage
+from shipper.spool import rows, salvage
 
 Action = Literal["check", "repair"]
 
@@ -40,10 +41,21 @@ def _range(r: salvage.LostRange) -> str:
     return f"{r.path or '(file unknown: incarnation ' + r.incarnation + ')'}  offsets {a}-{b}  (batch {seqs}{ev}{how})"
 
 
+def layout_line(layouts: Mapping[rows.Layout, int]) -> str:
+    """Which layouts wrote the records found: older ones are read as data, never unpickled."""
+    if not layouts:
+        return "layout: no records"
+    found = ", ".join(f"{n} {rows.LAYOUT_NAMES[k]}" for k, n in sorted(layouts.items()) if n)
+    if set(layouts) <= {"data"}:
+        return f"layout: {found}"
+    return (f"layout: {found}; the older rows are read as data (never unpickled) and written anew in this "
+            "version's layout as they are acked or rewritten (a repair rewrites them all)")
+
+
 def render(report: salvage.Report, action: Action) -> str:
     """The text `shipper state check|repair` prints (pure)."""
     ins = report.inspection
-    lines = [f"spool: {ins.path}"]
+    lines = [f"spool: {ins.path}", layout_line(ins.layouts)]
     if not ins.damaged:
         lines.append("sound: SQLite quick_check ok, every record decodes")
     else:
@@ -102,6 +114,11 @@ def render(report: salvage.Report, action: Action) -> str:
 
 def state(config_path: str, action: Action, state_dir: str | None = None) -> int:
     cfg = _config(config_path, state_dir)
+    with statedir.as_owner(cfg.state_dir):       # root on another user's state dir: as that user
+        return _state(cfg, action)
+
+
+def _state(cfg: Config, action: Action) -> int:
     path = salvage.db_path(cfg.state_dir)
     if not os.path.exists(path):
         print(f"no spool at {path}: nothing to {action}", file=sys.stderr)

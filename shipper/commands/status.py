@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from shipper import __version__, settings
+from shipper import __version__, settings, statedir
 from shipper.config import Config, MetricsConfig
 from shipper.model import is_journal_checkpoint
 from shipper.service import STATUS_FILE
@@ -29,13 +29,14 @@ from shipper.spool.salvage import read_stopped
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
 ASK_TIMEOUT_S = 2.0
+STATUS_MAX_BYTES = 256 << 20   # status.json of a daemon with 100,000 files is ~40 MB
 
 
 def daemon_running(state_dir: str) -> bool:
     path = os.path.join(state_dir, "lock")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        fd = statedir.open_file(path, os.O_RDONLY)       # no link followed
+    except (OSError, statedir.UnsafeStateDir):
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -47,9 +48,14 @@ def daemon_running(state_dir: str) -> bool:
 
 
 def _read_status_file(state_dir: str) -> dict[str, Any] | None:
+    path = os.path.join(state_dir, STATUS_FILE)
     try:
-        with open(os.path.join(state_dir, STATUS_FILE), "rb") as f:
-            v = orjson.loads(f.read())
+        fd = statedir.open_file(path, os.O_RDONLY)       # no link followed, a regular file only
+    except (OSError, statedir.UnsafeStateDir):
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            v = orjson.loads(f.read(STATUS_MAX_BYTES))
             mtime = os.fstat(f.fileno()).st_mtime
     except (OSError, orjson.JSONDecodeError):
         return None
@@ -312,7 +318,8 @@ def status(config_path: str, as_json: bool = False, state_dir: str | None = None
         cfg = settings.load(config_path)
         if state_dir is not None:
             cfg = dataclasses.replace(cfg, state_dir=os.path.expanduser(state_dir))
-    doc = collect(cfg)
+    with statedir.as_owner(cfg.state_dir):       # root on another user's state dir: as that user
+        doc = collect(cfg)
     if as_json:
         print(orjson.dumps(doc).decode())
         return 0

@@ -16,6 +16,8 @@ import os
 import time
 from collections.abc import Callable
 
+from shipper import statedir
+
 log = logging.getLogger("shipper.spool")
 
 RESERVE_FILE = "reserve"               # state_dir/reserve: zeros, given back when the disk is full
@@ -144,8 +146,8 @@ class Headroom:
         if self.measure() < 2 * self.reserve_bytes:
             return False
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError:
+            fd = statedir.open_file(self.path, os.O_WRONLY | os.O_CREAT)     # no link followed, 0600
+        except (OSError, statedir.UnsafeStateDir):
             return False
         try:
             try:

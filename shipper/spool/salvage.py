@@ -1,8 +1,9 @@
 """A damaged spool, examined and salvaged: `shipper state check|repair` and the check at start.
 
-Reads spool/cache.db below diskcache (sqlite3 row by row, values decoded with diskcache's own
-`Disk`), because diskcache's API stops at the first page it cannot read; writes the salvaged rows
-into a fresh store through diskcache's API (store.open_cache). `lost_ranges` (pure) says which
+Reads spool/cache.db below diskcache (sqlite3 row by row, values decoded with the spool's own
+`disk.DataDisk`: data, never unpickled), because diskcache's API stops at the first page it
+cannot read; writes the salvaged rows, in the current layout, into a fresh store through
+diskcache's API (store.open_cache). `lost_ranges` (pure) says which
 lines of which file the unreadable records held. Runs only while no daemon holds the state dir.
 """
 
@@ -12,16 +13,19 @@ import datetime as dt
 import os
 import shutil
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import diskcache
 
+from shipper import statedir
 from shipper.errors import ShipperError, StateDamagedError
 from shipper.model import BatchMeta, Checkpoint
 from shipper.spool import rows
 from shipper.spool.contents import SpoolContents
+from shipper.spool.disk import DataDisk
 from shipper.spool.store import DECODE_ERRORS, Spool, damage_text, is_damage, open_cache
 
 DB_NAME = diskcache.core.DBNAME          # cache.db
@@ -97,29 +101,35 @@ class Inspection:
     sqlite_problems: list[str] = field(default_factory=list)
     batches: dict[int, tuple[bytes, rows.BatchRow]] = field(default_factory=dict)
     legacy_bodies: dict[int, bytes] = field(default_factory=dict)
-    legacy_meta: dict[int, dict[str, Any]] = field(default_factory=dict)
+    legacy_meta: dict[int, BatchMeta] = field(default_factory=dict)
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)     # "c:<inc>" -> dict
     dead_letters: dict[str, dict[str, Any]] = field(default_factory=dict)    # "d:<n>" -> dict
     quarantined: dict[str, dict[str, Any]] = field(default_factory=dict)     # "q:<seq>" -> dict
     others: dict[Any, Any] = field(default_factory=dict)                     # "n:dlq" and the like
     bad: list[Bad] = field(default_factory=list)
     unreadable_pages: int = 0      # stretches of the table that did not read (rows unknown)
+    layouts: Counter[rows.Layout] = field(default_factory=Counter)   # records read, by the layout that wrote them
 
     @property
     def damaged(self) -> bool:
         return bool(self.sqlite_problems or self.bad or self.unreadable_pages)
 
-    def good_rows(self) -> Iterable[tuple[Any, Any]]:
-        for seq, (value, _row) in self.batches.items():
-            yield seq, value
+    def good_rows(self) -> Iterable[tuple[str | int, bytes | int]]:
+        """Every usable row, written in the current layout (rows.py)."""
+        for seq, (value, row) in self.batches.items():
+            yield seq, rows.pack_batch(row.meta, row.checkpoints, rows.batch_body(row, value))
         for seq, body in self.legacy_bodies.items():
             if seq in self.legacy_meta:
-                yield seq, body
-                yield f"{rows.LEGACY_META}{seq}", self.legacy_meta[seq]
-        yield from self.checkpoints.items()
-        yield from self.dead_letters.items()
-        yield from self.quarantined.items()
-        yield from self.others.items()
+                yield seq, rows.pack_batch(self.legacy_meta[seq], {}, body)
+        for key, d in self.checkpoints.items():
+            yield key, rows.pack_checkpoint(d)
+        for key, d in self.dead_letters.items():
+            yield key, rows.pack_dead_letter(d)
+        for key, q in self.quarantined.items():
+            yield key, rows.pack_quarantine(q)
+        for key, v in self.others.items():
+            if isinstance(key, (str, int)) and isinstance(v, (bytes, int)):
+                yield key, v
 
 
 def _scan_table(con: sqlite3.Connection, problems: list[str]) -> tuple[dict[int, tuple[Any, ...]], set[int], int]:
@@ -217,7 +227,7 @@ def inspect(state_dir: str, *, immutable: bool = False) -> Inspection:
             ins.sqlite_problems = quick_check(path)
         except sqlite3.Error as e:
             raise ShipperError(f"{path} cannot be checked: SQLite: {e} (is the disk full?)") from e
-    disk = diskcache.Disk(os.path.dirname(path))
+    disk = DataDisk(os.path.dirname(path))
     try:
         con = sqlite3.connect(f"file:{path}?immutable=1" if immutable else path, isolation_level=None, uri=immutable)
     except sqlite3.Error as e:
@@ -255,7 +265,7 @@ def inspect(state_dir: str, *, immutable: bool = False) -> Inspection:
     return ins
 
 
-def _sort_row(ins: Inspection, disk: diskcache.Disk, rid: int, r: tuple[Any, ...]) -> None:
+def _sort_row(ins: Inspection, disk: DataDisk, rid: int, r: tuple[Any, ...]) -> None:
     db_key, raw, mode, filename, db_value = r
     key: Any = None
     try:
@@ -275,6 +285,7 @@ def _sort_row(ins: Inspection, disk: diskcache.Disk, rid: int, r: tuple[Any, ...
                 ins.bad.append(Bad(key, rid, str(e), value))
                 return
             ins.batches[key] = (value, row)
+            ins.layouts[rows.layout_of(value)] += 1
         else:
             ins.legacy_bodies[key] = value
         return
@@ -283,22 +294,21 @@ def _sort_row(ins: Inspection, disk: diskcache.Disk, rid: int, r: tuple[Any, ...
         return
     try:
         if key.startswith(rows.CHECKPOINT):
-            assert isinstance(value, dict)
-            Checkpoint.from_dict(value)
-            ins.checkpoints[key] = value
+            ins.checkpoints[key] = rows.unpack_checkpoint(value)
         elif key.startswith(rows.DEAD_LETTER):
-            assert isinstance(value, dict) and {"index", "reason", "status", "document", "at"} <= set(value)
-            ins.dead_letters[key] = value
+            ins.dead_letters[key] = rows.unpack_dead_letter(value)
         elif key.startswith(rows.QUARANTINE):
-            assert isinstance(value, dict)
-            ins.quarantined[key] = value
+            ins.quarantined[key] = rows.unpack_quarantine(value)
         elif key.startswith(rows.LEGACY_META):
-            assert isinstance(value, dict)
-            rows.legacy_meta(int(key[len(rows.LEGACY_META):]), value)
-            ins.legacy_meta[int(key[len(rows.LEGACY_META):])] = value
+            seq = int(key[len(rows.LEGACY_META):])
+            ins.legacy_meta[seq] = rows.legacy_meta(seq, value)
+            ins.layouts["two-row"] += 1
+            return
         else:
             ins.others[key] = value
-    except (AssertionError, *DECODE_ERRORS) as e:
+            return
+        ins.layouts[rows.layout_of(value)] += 1
+    except DECODE_ERRORS as e:
         ins.bad.append(Bad(key, rid, f"does not decode ({type(e).__name__}: {e})"))
 
 
@@ -463,7 +473,8 @@ def repair(state_dir: str, now: float) -> Report:
     work = os.path.join(state_dir, f".repair-{stamp}")
     shutil.rmtree(work, ignore_errors=True)
     fresh = os.path.join(work, "spool")
-    os.makedirs(fresh)
+    statedir.make_subdir(work)
+    statedir.make_subdir(fresh)
     cache = open_cache(fresh, os.path.join(fresh, DB_NAME))
     try:
         top = max((int(k[len(rows.DEAD_LETTER):]) for k in ins.dead_letters), default=0)

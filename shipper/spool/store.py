@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import pickle
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,11 +19,13 @@ from typing import Any, TypeVar
 
 import diskcache
 
+from shipper import statedir
 from shipper.codec import gzip_compress
 from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool import rows
 from shipper.spool.contents import SpoolContents, shipped_offsets
+from shipper.spool.disk import DataDisk
 from shipper.spool.headroom import Headroom, release_reserve
 
 log = logging.getLogger("shipper.spool")
@@ -49,7 +50,9 @@ class Spool:
         path = os.path.join(state_dir, "spool")
         if read_only and not os.path.isdir(path):
             raise FileNotFoundError(path)
-        os.makedirs(path, exist_ok=True)
+        if not read_only:
+            statedir.make_dir(state_dir)        # 0700 and 0600 whatever the umask (SPEC, Trust boundaries)
+        statedir.make_subdir(path)
         self.path = path
         self.read_only = read_only
         self.quarantined = 0                                # batch rows set aside: they did not decode
@@ -64,6 +67,8 @@ class Spool:
             if not headroom or not release_reserve(state_dir):
                 raise
             self.cache = open_cache(path, self.db_path)
+        if not read_only:
+            statedir.private_sqlite_files(path)
         self._autocheckpoint: int | None = None
         try:
             # read-only beside a running daemon: the rows are read one by one (diskcache has no
@@ -99,7 +104,7 @@ class Spool:
         whole = True
         cache = self.cache
         keys = list(cache.iterkeys())
-        legacy: dict[int, dict[str, Any]] = {}
+        legacy: dict[int, BatchMeta] = {}
         newest: dict[str, tuple[int, dict[str, Any], int | None]] = {}    # inc -> (version, dict, carrier)
 
         def offer(d: dict[str, Any], carrier: int | None) -> None:
@@ -115,13 +120,17 @@ class Spool:
             if key.startswith(rows.LEGACY_META):
                 m = cache.get(key)
                 if m is not None:
-                    legacy[int(key[len(rows.LEGACY_META):])] = m
+                    seq = int(key[len(rows.LEGACY_META):])
+                    legacy[seq] = rows.legacy_meta(seq, m)
                 else:
                     whole = False
             elif key.startswith(rows.CHECKPOINT):
-                d = cache.get(key)
-                if d is not None:
-                    offer(d, None)
+                v = cache.get(key)
+                if v is not None:
+                    try:
+                        offer(rows.unpack_checkpoint(v), None)
+                    except rows.BadRow as e:
+                        raise SpoolCorruptError(self.db_path, None, f"record {key}: {e}") from e
                 else:
                     whole = False
             elif key.startswith(rows.DEAD_LETTER):
@@ -130,7 +139,7 @@ class Spool:
                 self.quarantined += 1
         orphans = []
         for seq in sorted(legacy):
-            self.pending[seq] = rows.legacy_meta(seq, legacy[seq])
+            self.pending[seq] = legacy[seq]
             self._legacy.add(seq)
             self.next_seq = max(self.next_seq, seq + 1)
         for key in keys:
@@ -334,13 +343,13 @@ class Spool:
                 for seq in legacy:
                     self.cache.delete(f"{rows.LEGACY_META}{seq}")
                 for inc, stored_cp in settle.items():
-                    self.cache.set(rows.CHECKPOINT + inc, stored_cp)
+                    self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(stored_cp))
                 if values:
                     for seq, value in values:
                         self.cache.set(seq, value)
                 else:
                     for inc, d in stamped.items():
-                        self.cache.set(rows.CHECKPOINT + inc, d)
+                        self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(d))
 
         self._guard(tx)
         for seq in acked:
@@ -365,7 +374,7 @@ class Spool:
         def tx() -> None:
             with self.cache.transact():
                 for inc, d in stamped.items():
-                    self.cache.set(rows.CHECKPOINT + inc, d)
+                    self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(d))
 
         self._guard(tx)
         self._remember(stamped, None)
@@ -441,12 +450,12 @@ class Spool:
 
         def tx() -> None:
             with self.cache.transact():
-                self.cache.set(f"{rows.QUARANTINE}{seq:016d}", q)
+                self.cache.set(f"{rows.QUARANTINE}{seq:016d}", rows.pack_quarantine(q))
                 self.cache.delete(seq)
                 if seq in self._legacy:
                     self.cache.delete(f"{rows.LEGACY_META}{seq}")
                 for inc, stored_cp in settle.items():
-                    self.cache.set(rows.CHECKPOINT + inc, stored_cp)
+                    self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(stored_cp))
 
         moved = True
         try:
@@ -478,8 +487,11 @@ class Spool:
         for key in self.cache.iterkeys():
             if isinstance(key, str) and key.startswith(rows.QUARANTINE):
                 v = self.cache.get(key)
-                if isinstance(v, dict):
-                    out.append(v)
+                if v is not None:
+                    try:
+                        out.append(rows.unpack_quarantine(v))
+                    except rows.BadRow as e:
+                        raise SpoolCorruptError(self.db_path, None, f"record {key}: {e}") from e
         out.sort(key=lambda v: int(v.get("seq", 0)))
         return out
 
@@ -499,14 +511,14 @@ class Spool:
                     n = int(self.cache.get(rows.NEXT_DEAD_LETTER, 0))
                     for d in dl:
                         n += 1
-                        self.cache.set(f"{rows.DEAD_LETTER}{n:016d}", rows.dead_letter_value(
-                            d.index, d.reason, d.status, d.document, d.at, d.doc_id))
+                        self.cache.set(f"{rows.DEAD_LETTER}{n:016d}", rows.pack_dead_letter(rows.dead_letter_value(
+                            d.index, d.reason, d.status, d.document, d.at, d.doc_id)))
                     self.cache.set(rows.NEXT_DEAD_LETTER, n)
                 self.cache.delete(seq)
                 if legacy:
                     self.cache.delete(f"{rows.LEGACY_META}{seq}")
                 for inc, stored_cp in settle.items():
-                    self.cache.set(rows.CHECKPOINT + inc, stored_cp)
+                    self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(stored_cp))
 
         self._guard(tx)
         self.pending.pop(seq, None)
@@ -587,7 +599,10 @@ class Spool:
             if isinstance(key, str) and key.startswith(rows.DEAD_LETTER):
                 v = self.cache.get(key)
                 if v is not None:
-                    out.append((key, v))
+                    try:
+                        out.append((key, rows.unpack_dead_letter(v)))
+                    except rows.BadRow as e:
+                        raise SpoolCorruptError(self.db_path, None, f"record {key}: {e}") from e
         out.sort()
         return out
 
@@ -633,7 +648,7 @@ class Spool:
 
 # ---------------------------------------------------------------- damage (issue 19)
 
-DECODE_ERRORS = (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError, IndexError)
+DECODE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)   # rows.BadRow is a ValueError
 _DAMAGE_CODES = (11, 26)        # SQLITE_CORRUPT ("database disk image is malformed"), SQLITE_NOTADB
 
 
@@ -656,6 +671,7 @@ def open_cache(path: str, db_path: str) -> diskcache.Cache:
     try:
         return diskcache.Cache(
             path,
+            disk=DataDisk,              # data only: no pickles, no files named by a row (spool/disk.py)
             size_limit=2**62,
             eviction_policy="none",
             cull_limit=0,

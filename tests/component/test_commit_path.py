@@ -17,7 +17,7 @@ import pytest
 
 from shipper.codec import decode_body
 from shipper.model import Checkpoint
-from shipper.spool import Spool
+from shipper.spool import Spool, rows
 from shipper.spool.writer import WRITES_BEHIND
 from tests.support.pipeline_rig import Rig
 
@@ -39,7 +39,7 @@ def test_a_batch_is_one_row_and_its_checkpoints_ride_in_it(tmp_path: Path) -> No
         s.ack(2)                            # carries a=10, but batch 3 carries a newer one: one delete
         assert len(s.cache) == 1 and s.cache.get(1) is None
         s.ack(3)                            # the newest checkpoint of "a" moves to its own row
-        assert list(s.cache.iterkeys()) == ["c:a"] and s.cache.get("c:a")["offset"] == 20
+        assert list(s.cache.iterkeys()) == ["c:a"] and rows.unpack_checkpoint(s.cache.get("c:a"))["offset"] == 20
         # many files' checkpoints in one commit: still one row
         many = [_cp(f"inc{i}", i) for i in range(300)]
         s.commit([(b"body-four\n", 1)], {}, many, False)

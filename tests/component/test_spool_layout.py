@@ -21,6 +21,7 @@ from shipper.codec import decode_body
 from shipper.errors import SpoolCorruptError
 from shipper.model import Checkpoint, DeadLetter
 from shipper.spool import Spool
+from shipper.spool.disk import Pickled
 
 OLD_SPOOL = Path(__file__).resolve().parents[1] / "fixtures" / "spool_073664d.py.txt"
 
@@ -194,18 +195,22 @@ def test_a_damaged_header_stops_the_open_naming_the_file(tmp_path: Path) -> None
 
 # ---------------------------------------------------------------- the previous layout
 
-def old_spool_module() -> ModuleType:
-    """shipper/spool.py as of 073664d (raw SQL into diskcache's Cache table), from the fixture."""
-    name = "spool_073664d"
+def fixture_module(path: Path, name: str) -> ModuleType:
+    """An old version's module, from its fixture (our own old code)."""
     spec = importlib.util.spec_from_loader(name, loader=None)
     assert spec is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod                        # dataclasses look their module up
     try:
-        exec(compile(OLD_SPOOL.read_text(), str(OLD_SPOOL), "exec"), mod.__dict__)  # noqa: S102 (our own old code)
+        exec(compile(path.read_text(), str(path), "exec"), mod.__dict__)  # noqa: S102 (our own old code)
     finally:
         del sys.modules[name]
     return mod
+
+
+def old_spool_module() -> ModuleType:
+    """shipper/spool.py as of 073664d (raw SQL into diskcache's Cache table), from the fixture."""
+    return fixture_module(OLD_SPOOL, "spool_073664d")
 
 
 def test_a_state_dir_of_the_previous_layout_opens_drains_and_upgrades(tmp_path: Path) -> None:
@@ -255,5 +260,106 @@ def test_a_state_dir_of_the_previous_layout_opens_drains_and_upgrades(tmp_path: 
         assert s.pending == {} and not [k for k in rows(s) if isinstance(k, int) or k.startswith("m:")]
         assert {inc: c.offset for inc, c in s.checkpoints.items()} == {"a": 600, "b": 50, "c": 70}
         assert [v["id"] for _, v in s.dead_letter_items()] == ["d-0", "d-1", "n-0"]     # numbering goes on
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------- b19ade4's layout: pickles, read as data
+
+OLD_ROWS = Path(__file__).resolve().parents[1] / "fixtures" / "rows_b19ade4.py.txt"
+
+
+def b19ade4_rows() -> ModuleType:
+    """shipper/spool/rows.py as of b19ade4 (a batch row's metadata pickled), from the fixture."""
+    return fixture_module(OLD_ROWS, "rows_b19ade4")
+
+
+def write_b19ade4_state(state: Path) -> dict[str, Any]:
+    """A spool as b19ade4 wrote it: batch rows with pickled metadata, and checkpoints, dead letters
+    and a quarantined row that diskcache pickled (its default Disk). Returns what they hold."""
+    import diskcache
+
+    from shipper.model import BatchMeta
+    old = b19ade4_rows()
+    spool = state / "spool"
+    spool.mkdir(parents=True)
+    cache = diskcache.Cache(str(spool), size_limit=2**62, eviction_policy="none", cull_limit=0, statistics=False,
+                            tag_index=False, disk_min_file_size=2**30)
+    weird = "/var/log/caf\udce9.log"                # a non-UTF-8 file name, as os.fsdecode gives it
+    carried = {"a": dict(cp("a", 500, path=weird).to_dict(), v=3)}
+    b1 = body(3)
+    cache.set(1, old.pack_batch(BatchMeta(1, 3, len(b1), len(b1), False, {"a": (0, 500)}, 1000.0), carried, b1))
+    cache.set("c:b", dict(cp("b", 50, path="/var/log/b.log", finished=True).to_dict(), v=2))
+    cache.set("c:a", dict(cp("a", 100).to_dict(), v=1))      # older than the one batch 1 carries
+    cache.set("d:0000000000000001", old.dead_letter_value("logs", "mapper_parsing_exception: x", 400,
+                                                          b'{"n":"bad"}\n{"x":1}', 1000.0, "d-0"))
+    cache.set("n:dlq", 1)
+    cache.set("q:0000000000000007", old.quarantine_value(7, "the stored body does not match its checksum",
+                                                         b"\x00SB garbage", 999.0))
+    cache.close()
+    return {"path": weird, "body": b1}
+
+
+def test_a_state_dir_of_b19ade4s_layout_is_read_as_data_and_drains(tmp_path: Path) -> None:
+    old = write_b19ade4_state(tmp_path)
+    s = Spool(str(tmp_path))
+    try:
+        assert {seq: (m.events, m.covers) for seq, m in s.pending.items()} == {1: (3, {"a": (0, 500)})}
+        assert s.read(1) == old["body"]
+        assert {inc: (c.offset, c.path, c.finished) for inc, c in s.checkpoints.items()} == {
+            "a": (500, old["path"], False), "b": (50, "/var/log/b.log", True)}
+        [(_k, dl)] = s.dead_letter_items()
+        assert (dl["index"], dl["status"], dl["document"], dl["id"]) == ("logs", 400, b'{"n":"bad"}\n{"x":1}', "d-0")
+        [q] = s.quarantined_items()
+        assert q["seq"] == 7 and q["value"] == b"\x00SB garbage"
+        # written anew in this version's layout: the ack moves the carried checkpoint to its own row
+        (new, _), = s.commit([(body(1, "n"), 1)], {"b": (50, 60)}, [cp("b", 60, path="/var/log/b.log")], False)
+        s.ack(1, [DeadLetter("logs", "again", 400, b"{}", 1002.0, "n-0")])
+        s = reopen(s)
+        assert s.checkpoints["a"].offset == 500 and s.checkpoints["a"].path == old["path"]
+        assert s.checkpoints["b"].offset == 60 and list(s.pending) == [new.seq]
+        assert [v["id"] for _, v in s.dead_letter_items()] == ["d-0", "n-0"]
+        s.ack(new.seq)
+        s = reopen(s)
+        assert s.checkpoints["b"].offset == 60 and s.pending == {}
+        for key in ("c:a", "c:b", "d:0000000000000002"):
+            assert isinstance(s.cache.get(key), bytes), key      # data rows, no pickle
+        assert isinstance(s.cache.get("d:0000000000000001"), Pickled)    # untouched: still read as data
+    finally:
+        s.close()
+
+
+def test_state_check_names_the_layout_it_found(tmp_path: Path) -> None:
+    from shipper.commands.state import render
+    from shipper.spool import salvage
+    write_b19ade4_state(tmp_path / "old")
+    text = render(salvage.check(str(tmp_path / "old")), "check")
+    assert "sound" in text and "5 rows with pickled metadata (b19ade4 and earlier)" in text
+    assert "read as data (never unpickled)" in text
+    s = Spool(str(tmp_path / "new"))
+    s.commit([(body(1), 1)], {"a": (0, 100)}, [cp("a", 100)], False)
+    s.close()
+    text = render(salvage.check(str(tmp_path / "new")), "check")
+    assert "layout: 1 data rows (this version)" in text and "pickled" not in text
+
+
+def test_a_repair_writes_every_row_in_this_versions_layout(tmp_path: Path) -> None:
+    from shipper.spool import salvage
+    old = write_b19ade4_state(tmp_path)
+    ins = salvage.inspect(str(tmp_path))
+    fresh = tmp_path / "fresh" / "spool"
+    fresh.mkdir(parents=True)
+    from shipper.spool.store import open_cache
+    cache = open_cache(str(fresh), str(fresh / "cache.db"))
+    try:
+        with cache.transact():
+            for key, value in ins.good_rows():
+                cache.set(key, value)
+    finally:
+        cache.close()
+    s = Spool(str(tmp_path / "fresh"))
+    try:
+        assert s.read(1) == old["body"] and s.checkpoints["a"].path == old["path"]
+        assert salvage.inspect(str(tmp_path / "fresh")).layouts == {"data": 5}
     finally:
         s.close()

@@ -8,8 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,17 +21,6 @@ NOBODY = 65534
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="needs root and setpriv to run the daemon as another user")
-
-
-@pytest.fixture
-def open_tmp() -> Iterator[Path]:
-    """A temp dir `nobody` can traverse (pytest's own base dir is 0700)."""
-    d = Path(tempfile.mkdtemp(prefix="shipper-perm-"))
-    os.chmod(d, 0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_unreadable_file_is_reported_once_and_shipped_when_readable(open_tmp: Path, es: ES) -> None:
