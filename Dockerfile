@@ -52,7 +52,9 @@ WORKDIR /var/lib/shipper
 # still adds the user's supplementary groups (adm) from the image's /etc/group.
 USER 999
 
-# /health answers 200 while the pipeline runs (needs metrics.listen, on by default).
+# /health answers 200 while the pipeline runs (needs metrics.listen, on by default). On 0.0.0.0
+# only /metrics and /health are served: /status (paths, hosts, errors) needs a loopback address
+# or metrics.status: true (`docker exec shipper shipper status` reads state_dir/status.json).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9607/health', timeout=4)"]
 

@@ -128,6 +128,7 @@ class RetryConfig:
 class MetricsConfig:
     listen: str | None = DEFAULT_METRICS_LISTEN
     health_down_after_s: float = 60.0     # /health answers 503 once the output has been down this long
+    status: bool = False                  # /status (paths, hosts) on a non-loopback `listen` too
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +407,7 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
         raise lines.error("metrics.listen",
                           f"expected HOST:PORT (an IPv6 address in brackets: [::1]:9607), got {listen!r}")
     health_down_after_s = m.duration("health_down_after", _METRICS_DEFAULTS.health_down_after_s)
+    serve_status = m.boolean("status", _METRICS_DEFAULTS.status)
     m.finish()
     cfg = Config(
         state_dir=os.path.expanduser(state_dir),
@@ -415,7 +417,7 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
         output=output,
         queue=queue,
         retry=retry,
-        metrics=MetricsConfig(listen=listen, health_down_after_s=health_down_after_s),
+        metrics=MetricsConfig(listen=listen, health_down_after_s=health_down_after_s, status=serve_status),
         max_open_files=s.integer("max_open_files", _TOP_DEFAULTS.max_open_files),
         clean_removed_after_s=s.duration("clean_removed_after", _TOP_DEFAULTS.clean_removed_after_s, positive=True),
         source=file,

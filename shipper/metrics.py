@@ -373,10 +373,14 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"    # withou
 
 
 async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tuple[bool, str]],
-                        status: Callable[[], dict[str, Any]] | None = None) -> Any:
+                        status: Callable[[], dict[str, Any]] | None = None, *,
+                        status_on_any_address: bool = False) -> Any:
     """Start the /metrics, /health (and /status, JSON) server on HOST:PORT or [IPv6]:PORT (an empty
-    host is 127.0.0.1: loopback unless asked otherwise). Returns the endpoint (call .cleanup())."""
-    from shipper.endpoint import Endpoint, Route, json_route, split_listen
+    host is 127.0.0.1: loopback unless asked otherwise). /status names paths and hosts: served only
+    on a loopback address unless `status_on_any_address` (metrics.status: true). Returns the
+    endpoint (call .cleanup())."""
+    from shipper.endpoint import Endpoint, Route, is_loopback, json_route, split_listen
+    host, port = split_listen(listen)
 
     def metrics_route(accept: str | None) -> tuple[int, bytes, str]:
         body, content_type = metrics.exposition(accept)
@@ -387,10 +391,12 @@ async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tupl
         return (200 if ok else 503), {"status": "ok" if ok else "unhealthy", "reason": reason}
 
     routes: dict[str, Route] = {"/metrics": metrics_route, "/health": json_route(health_doc)}
-    if status is not None:
+    if status is not None and (status_on_any_address or is_loopback(host)):
         status_fn = status
         routes["/status"] = json_route(lambda: (200, status_fn()))
+    elif status is not None:
+        log.info("/status not served on a non-loopback address (metrics.status: true serves it)",
+                 extra={"listen": listen})
     endpoint = Endpoint(routes)
-    host, port = split_listen(listen)
     await endpoint.start(host, port)
     return endpoint

@@ -209,7 +209,7 @@ class Service:
         self.pipeline, _files = await build_pipeline(self.cfg, self.spool, self.events, self.clock)
         if self.cfg.metrics.listen:
             self._metrics_runner = await serve_metrics(self.cfg.metrics.listen, self.metrics, self.health,
-                                                       self.status_doc)
+                                                       self.status_doc, status_on_any_address=self.cfg.metrics.status)
         self._install_signals()
         # ready means the inputs are open: the first scan has found (and resumed) every file, so a
         # rotation right after READY=1 (or after /health turned 200) cannot move a file we never saw

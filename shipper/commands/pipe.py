@@ -145,7 +145,8 @@ class PipeRun:
             self.p, self.src = p, src
             if cfg.metrics.listen:
                 try:
-                    runner = await serve_metrics(cfg.metrics.listen, self.metrics, self._health, self._status)
+                    runner = await serve_metrics(cfg.metrics.listen, self.metrics, self._health, self._status,
+                                                 status_on_any_address=cfg.metrics.status)
                 except OSError as e:
                     log.warning("metrics endpoint unavailable, continuing without it",
                                 extra={"listen": cfg.metrics.listen, "error": str(e)})

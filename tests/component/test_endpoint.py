@@ -114,3 +114,81 @@ def test_split_listen() -> None:
     assert split_listen(":9607") == ("127.0.0.1", 9607)
     assert split_listen("[::1]:9607") == ("::1", 9607)
     assert split_listen("0.0.0.0:1") == ("0.0.0.0", 1)
+
+
+# ---------------------------------------------------------------- bounds (SPEC, Trust boundaries)
+
+async def _request(port: int, path: bytes = b"/echo") -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    """A kept-alive connection that made one request: the streams and the answer's head."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET " + path + b" HTTP/1.1\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    await reader.readexactly(length)
+    return reader, writer, head
+
+
+async def test_at_most_max_connections_are_served_at_once_and_the_next_waits_its_turn() -> None:
+    ep = Endpoint({"/echo": lambda accept: (200, b"ok", "text/plain")}, max_connections=4)
+    await ep.start("127.0.0.1", 0)
+    held = []
+    try:
+        for _ in range(4):
+            held.append(await _request(ep.port))
+        reader, writer = await asyncio.open_connection("127.0.0.1", ep.port)     # in the kernel's queue
+        writer.write(b"GET /echo HTTP/1.1\r\n\r\n")
+        waiting = asyncio.ensure_future(reader.readuntil(b"\r\n\r\n"))
+        # every slot is taken, so the acceptor is parked before accept(): the fifth stays in the queue
+        assert ep._slots.locked() and len(ep._conns) == 4 and not waiting.done()
+        held[0][1].close()                              # one leaves: the waiting one is taken
+        head = await asyncio.wait_for(waiting, 5)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        writer.close()
+    finally:
+        for _r, w, _h in held:
+            w.close()
+        await ep.cleanup()
+
+
+async def test_a_kept_alive_connection_idle_past_the_idle_timeout_is_closed() -> None:
+    ep = Endpoint({"/echo": lambda accept: (200, b"ok", "text/plain")}, head_timeout_s=5.0, idle_timeout_s=0.3)
+    await ep.start("127.0.0.1", 0)
+    try:
+        reader, writer, head = await _request(ep.port)
+        assert b"Connection: keep-alive" in head
+        assert await asyncio.wait_for(reader.read(), 5) == b""     # closed at the idle timeout, not at 5 s
+        writer.close()
+    finally:
+        await ep.cleanup()
+
+
+@pytest.mark.parametrize("listen, on_any, served", [
+    ("127.0.0.1:0", False, True), ("[::1]:0", False, True), ("localhost:0", False, True),
+    ("0.0.0.0:0", False, False), ("0.0.0.0:0", True, True),
+])
+async def test_status_is_served_on_loopback_only_unless_asked(listen: str, on_any: bool, served: bool) -> None:
+    ep = await serve_metrics(listen, Metrics(), lambda: (True, "shipping"), lambda: {"files": ["/var/log/x.log"]},
+                             status_on_any_address=on_any)
+    host = "::1" if listen.startswith("[") else "127.0.0.1"
+    try:
+        reader, writer = await asyncio.open_connection(host, ep.port)
+        writer.write(b"GET /status HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n\r\n")
+        status = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        length = int(status.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        body = await reader.readexactly(length)
+        health = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.close()
+    finally:
+        await ep.cleanup()
+    assert health.startswith(b"HTTP/1.1 200 ")
+    if served:
+        assert status.startswith(b"HTTP/1.1 200 ") and b"/var/log/x.log" in body
+    else:
+        assert status.startswith(b"HTTP/1.1 404 ") and b"/var/log" not in body
+
+
+def test_is_loopback() -> None:
+    from shipper.endpoint import is_loopback
+    assert is_loopback("127.0.0.1") and is_loopback("127.3.4.5") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("::") and not is_loopback("10.0.0.1")
+    assert not is_loopback("myhost")

@@ -167,6 +167,37 @@ def test_installs_the_repo_without_pip_cache_and_declares_the_state_volume() -> 
     assert "docker run" in text and "-v /var/log:/var/log:ro" in text
 
 
+def dockerfile_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, args in dockerfile_instructions():
+        if word == "ENV":
+            for pair in args.split():
+                name, _, value = pair.partition("=")
+                env[name] = value
+    return env
+
+
+async def test_the_image_does_not_serve_status_on_its_public_address() -> None:
+    """The image listens on 0.0.0.0 (so `docker run -p` reaches /metrics and /health): /status, which
+    names paths and hosts, is not served there by default (SPEC, Trust boundaries)."""
+    import asyncio
+
+    from shipper.metrics import Metrics, serve_metrics
+    env = dict(dockerfile_env(), LOGSENE_TOKEN="t")
+    cfg = load_config_text((REPO / "config/logsene.yaml").read_text(), "config/logsene.yaml", env=env)
+    assert cfg.metrics.listen == "0.0.0.0:9607" and cfg.metrics.status is False
+    ep = await serve_metrics(cfg.metrics.listen.replace(":9607", ":0"), Metrics(), lambda: (True, "ok"),
+                             lambda: {"files": ["/var/log/secret-app.log"]}, status_on_any_address=cfg.metrics.status)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", ep.port)
+        writer.write(b"GET /status HTTP/1.0\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+    finally:
+        await ep.cleanup()
+    assert answer.startswith(b"HTTP/1.1 404 ") and b"secret-app" not in answer
+
+
 def find_hadolint() -> str | None:
     beside = Path(sys.executable).parent / "hadolint"
     return str(beside) if beside.exists() else shutil.which("hadolint")
