@@ -6,7 +6,7 @@ the write and the answer; on a protocol of our own the write goes out in the cal
 the answer wakes the caller in the next, ~0.1 ms in all. At the rates most hosts run (tens of
 requests a second) that is most of the shipper's CPU. What is here is the part of HTTP/1.1 a
 bulk client needs: one request per connection at a time, Content-Length and chunked answers,
-answers read to EOF, `Connection: close`, gzip/deflate answers, TLS through asyncio's own
+answers read to EOF, `Connection: close`, gzip/deflate answers (inflated to 64 MiB at most), TLS through asyncio's own
 SSL transport, idle connections closed after `keepalive_s`, and a forward proxy per origin
 (ship/proxy.py: a CONNECT tunnel for https, absolute-form requests for http). No redirects, no
 cookies: the output never needed them.
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 _MAX_HEAD = 64 * 1024          # status line + headers
 _MAX_BODY = 256 * 1024 * 1024  # an answer larger than this is not an Elasticsearch answer
+MAX_DECODED = 64 * 1024 * 1024  # a gzip/deflate answer inflates to this at most (SPEC, Trust boundaries)
+_INFLATE_STEP = 1024 * 1024
 
 
 class ProtocolError(ConnectionError):
@@ -54,6 +56,31 @@ class Origin:
         default = 443 if self.scheme == "https" else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
         return host if self.port == default else f"{host}:{self.port}"
+
+
+def inflate(body: bytes, enc: str, limit: int = MAX_DECODED) -> bytes:
+    """A gzip or deflate answer's body, inflated to `limit` bytes at most, a MiB at a time: a
+    larger one (a "gzip bomb": 1 MB that inflates to 1 GB) is a ProtocolError of its request,
+    having cost `limit` bytes of memory at most, never a spike. Raises ProtocolError."""
+    d = zlib.decompressobj(47 if enc != "deflate" else 15)      # 47: gzip or zlib header; 15: zlib
+    parts: list[bytes] = []
+    total = 0
+    data = body
+    try:
+        while not d.eof:
+            out = d.decompress(data, _INFLATE_STEP)
+            data = d.unconsumed_tail
+            if not out and not data:
+                break                                  # every byte taken, the stream not ended
+            total += len(out)
+            if total > limit:
+                raise ProtocolError(f"the answer's {enc} body inflates to over {limit:,} bytes")
+            parts.append(out)
+    except zlib.error as e:
+        raise ProtocolError(f"the answer's {enc} body does not decompress: {e}") from None
+    if not d.eof:
+        raise ProtocolError(f"the answer's {enc} body does not decompress: it is cut short")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def parse_head(head: bytes) -> tuple[int, bool, dict[str, str]]:
@@ -170,10 +197,7 @@ class _Conn(asyncio.Protocol):
         assert self._headers is not None and self._waiter is not None
         enc = self._headers.get("content-encoding", "").lower()
         if body and enc in ("gzip", "x-gzip", "deflate"):
-            try:
-                body = zlib.decompress(body, 47 if enc != "deflate" else 15)
-            except zlib.error as e:
-                raise ProtocolError(f"the answer's {enc} body does not decompress: {e}") from None
+            body = inflate(body, enc)
         self._waiter.set_result(Response(self._status, self._headers, body, self._keep_alive))
         self._waiter = None
 

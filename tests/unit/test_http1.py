@@ -213,3 +213,33 @@ def test_parse_head_and_host_header() -> None:
     assert Origin("https", "es", 443).host_header == "es"
     assert Origin("https", "es", 9200).host_header == "es:9200"
     assert Origin("http", "::1", 9200).host_header == "[::1]:9200"
+
+
+# ---------------------------------------------------------------- inflating, bounded (SPEC, Trust boundaries)
+
+@pytest.mark.parametrize("enc, pack", [("gzip", gzip.compress), ("x-gzip", gzip.compress), ("deflate", zlib.compress)])
+def test_an_answer_inflates_up_to_the_limit_and_not_a_byte_more(enc: str, pack: object) -> None:
+    from shipper.ship.http1 import inflate
+    assert callable(pack)
+    exact = bytes(1000)
+    assert inflate(pack(exact), enc, limit=1000) == exact
+    with pytest.raises(ProtocolError, match="inflates to over 999 bytes"):
+        inflate(pack(exact), enc, limit=999)
+    with pytest.raises(ProtocolError, match="cut short"):
+        inflate(pack(exact)[:-12], enc, limit=1000)
+    with pytest.raises(ProtocolError, match="does not decompress"):
+        inflate(b"not compressed at all", enc, limit=1000)
+
+
+def test_a_gzip_bomb_is_a_protocol_error_of_its_answer() -> None:
+    from shipper.ship.http1 import MAX_DECODED
+    bomb = gzip.compress(bytes(MAX_DECODED + 1), 1)
+    loop = asyncio.new_event_loop()
+    try:
+        c, _t = _conn(loop)
+        fut = c.begin(b"GET / HTTP/1.1\r\n\r\n", False)
+        c.data_received(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(bomb) + bomb)
+        with pytest.raises(ProtocolError, match="inflates to over 67,108,864 bytes"):
+            fut.result()
+    finally:
+        loop.close()
