@@ -40,6 +40,7 @@ LOGSENE_RECEIVER_EU = "https://logsene-receiver.eu.sematext.com"
 Format = Literal["auto", "json", "text", "regex", "docker", "cri"]
 DocumentIdMode = Literal["auto", "none"]
 StartAt = Literal["beginning", "end"]
+Symlinks = Literal["owner", "all", "none"]     # `symlinks: owner | true | false` (SPEC, Trust boundaries)
 
 
 # max_line_bytes' upper bound, 64MiB: a longer line could not be indexed anyway (Elasticsearch
@@ -84,6 +85,7 @@ class InputConfig:
     rename_fields: Mapping[str, str] = field(default_factory=dict)
     mask: Mapping[str, str] = field(default_factory=dict)
     close_inactive_s: float = 300.0
+    symlinks: Symlinks = "owner"              # which symbolic links are followed: see tail/opening.py
     journald: JournaldConfig | None = None    # set: a journald input (and `paths` is empty)
 
 
@@ -176,7 +178,7 @@ def _journald(s: _Section, lines: _Lines) -> JournaldConfig | None:
         if not u or "/" in u or any(c.isspace() for c in u):
             raise lines.error(f"{j.key('units')}[{i}]", f"expected a unit name such as app.service, got {u!r}")
     j.finish()
-    for key in ("exclude", "scan_interval", "close_inactive"):
+    for key in ("exclude", "scan_interval", "close_inactive", "symlinks"):
         if s.has(key):
             raise lines.error(s.key(key), "applies to paths only, not to a journald input")
     return JournaldConfig(directory=directory, units=units)
@@ -248,11 +250,26 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         rename_fields=rename,
         mask=mask,
         close_inactive_s=s.duration("close_inactive", _INPUT_DEFAULTS.close_inactive_s, positive=True),
+        symlinks=_symlinks(s, lines),
         journald=journald,
     )
     s.finish()
     return cfg
 
+
+
+def _symlinks(s: _Section, lines: _Lines) -> Symlinks:
+    """`symlinks: owner | true | false` (YAML's true/false, or the words quoted)."""
+    v = s.raw("symlinks")
+    if isinstance(v, str):              # quoted, or from ${ENV}
+        v = {"true": True, "false": False}.get(v.strip().lower(), v.strip())
+    if v is None or v == "owner":
+        return "owner"
+    if v is True:
+        return "all"
+    if v is False:
+        return "none"
+    raise lines.error(s.key("symlinks"), f"expected owner, true or false, got {v!r}")
 
 
 def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:

@@ -250,6 +250,7 @@ class TelemetryEvents(Events):
         self.output_down_since: float | None = None       # monotonic
         self.output_down_since_wall: float | None = None  # the same instant, wall clock (for status)
         self._last_retry_log = 0.0
+        self._refused_told: set[tuple[str, str]] = set()
 
     def file_opened(self, path: str, inode: int, offset: int, incarnation: str) -> None:
         log.info("file opened", extra={"path": path, "inode": inode, "offset": offset, "incarnation": incarnation})
@@ -265,6 +266,23 @@ class TelemetryEvents(Events):
 
     def file_error(self, path: str, error: str) -> None:
         log.warning("file error", extra={"path": path, "error": error})
+
+    def file_refused(self, path: str, reason: str, link: str | None, rule: str) -> None:
+        """A file the trust rules keep from being read (SPEC, Trust boundaries): said once per path
+        and reason, up to REFUSED_TOLD_MAX of them, then once that more are not said."""
+        told = self._refused_told
+        if (path, reason) in told or len(told) > REFUSED_TOLD_MAX:
+            return
+        told.add((path, reason))
+        if len(told) > REFUSED_TOLD_MAX:
+            log.info("more files not read; they are not logged any more", extra={"logged": REFUSED_TOLD_MAX})
+            return
+        extra: dict[str, Any] = {"path": path, "reason": reason}
+        if link is not None:
+            extra["link"] = link
+        if rule:
+            extra["rule"] = rule
+        log.info("file not read", extra=extra)
 
     def file_parked(self, path: str, inode: int, offset: int, reason: str) -> None:
         log.debug("file parked", extra={"path": path, "inode": inode, "offset": offset, "reason": reason})
@@ -369,6 +387,7 @@ class TelemetryEvents(Events):
 
 # ================================================================ HTTP
 
+REFUSED_TOLD_MAX = 4096       # files not read (trust rules) logged per process at most, each once
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"    # without an OpenMetrics Accept header
 
 

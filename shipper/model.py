@@ -47,6 +47,9 @@ class Checkpoint:
     # a journald input's position: the cursor of the last entry queued (`offset` is its seqnum;
     # dev, inode, fp_len are 0). Files have none.
     cursor: str | None = None
+    # the file's owner when the incarnation was first opened: its rotated copies must be owned by
+    # the same user or by root (SPEC, Trust boundaries). None: not known (a journal, an older state)
+    uid: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"incarnation": self.incarnation, "path": self.path, "dev": self.dev, "inode": self.inode,
@@ -54,12 +57,15 @@ class Checkpoint:
              "updated": self.updated, "finished": self.finished}
         if self.cursor is not None:
             d["cursor"] = self.cursor
+        if self.uid is not None:
+            d["uid"] = self.uid
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Checkpoint:
         return cls(d["incarnation"], d["path"], d["dev"], d["inode"], d["fp_len"], d["fp"], d["offset"],
-                   d.get("size", 0), d.get("updated", 0.0), d.get("finished", False), d.get("cursor"))
+                   d.get("size", 0), d.get("updated", 0.0), d.get("finished", False), d.get("cursor"),
+                   d.get("uid") if isinstance(d.get("uid"), int) else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ index templates (installed? covering the indices? a data-stream trap?)."""
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import os
+from collections.abc import Sequence
 
 from shipper import settings
 from shipper.config import InputConfig
@@ -14,7 +16,10 @@ from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
 from shipper.ship.template import Inspection, inspect
 from shipper.sources.journald import check_journal
-from shipper.tail import discovery
+from shipper.tail import discovery, opening
+from shipper.tail.discovery import is_excluded
+from shipper.tail.opening import Refused
+from shipper.tail.scan import base_dir
 
 
 def journald_report(idx: int, inp: InputConfig) -> tuple[str, bool]:
@@ -33,11 +38,36 @@ def journald_report(idx: int, inp: InputConfig) -> tuple[str, bool]:
     return f"{head}: readable, {count} {verb}{note}", True
 
 
+def file_note(path: str, rule: opening.Rule) -> tuple[str, bool]:
+    """What `check` says of a matched file, opened as the daemon opens it: (its note, readable?)."""
+    got = opening.open_log(path, rule)
+    if isinstance(got, opening.Refused):
+        return f"  not read: {got.reason}{f' ({got.rule})' if got.rule else ''}", True
+    if got is None:
+        return "  NOT READABLE", False
+    fd, st = got
+    os.close(fd)
+    return f" ({st.st_size} bytes)", True
+
+
+def _input_of(path: str, inputs: Sequence[InputConfig]) -> int | None:
+    """The first input with a glob matching `path` (or below whose fixed part it lies: a `**` walk's link)."""
+    for i, inp in enumerate(inputs):
+        if is_excluded(path, inp.exclude):
+            continue
+        for g in inp.paths:
+            g = os.path.expanduser(g)
+            if fnmatch.fnmatch(path, g) or opening.is_under(path, base_dir(g)[0]):
+                return i
+    return None
+
+
 def check(config_path: str) -> int:
     cfg = settings.load(config_path)
     ok = True
     print(f"config: {config_path}: valid")
-    found = discovery.scan(cfg.inputs)
+    refused: list[Refused] = []
+    found = discovery.scan(cfg.inputs, refused)
     for idx, inp in enumerate(cfg.inputs):
         if inp.journald is not None:
             line, well = journald_report(idx, inp)
@@ -46,16 +76,20 @@ def check(config_path: str) -> int:
             continue
         paths = sorted(p for p, i in found.items() if i == idx)
         print(f"input {idx}: {', '.join(inp.paths)} ({inp.format}): {len(paths)} file(s)")
-        for p in paths[:50]:
-            try:
-                size = os.path.getsize(p)
-                readable = os.access(p, os.R_OK)
-            except OSError:
-                size, readable = 0, False
-            print(f"  {p} ({size} bytes){'' if readable else '  NOT READABLE'}")
+        bases = discovery.glob_bases(inp)
+        for n, p in enumerate(paths):
+            note, readable = file_note(p, opening.glob_rule(p, bases, inp.symlinks))
             ok = ok and readable
+            if n < 50:
+                print(f"  {p}{note}")
         if len(paths) > 50:
             print(f"  ... and {len(paths) - 50} more")
+        # what the trust rules keep this input from reading (SPEC, Trust boundaries): said, not a fault
+        mine = sorted({(r.path, r.reason, r.rule) for r in refused if _input_of(r.path, cfg.inputs) == idx})
+        for path, reason, rule in mine[:50]:
+            print(f"  {path}: not read: {reason}{f' ({rule})' if rule else ''}")
+        if len(mine) > 50:
+            print(f"  ... and {len(mine) - 50} more not read")
     if not cfg.inputs:
         print("inputs: none configured")
     sd = cfg.state_dir

@@ -3,7 +3,9 @@ become what the open decision (`tail/adopt.py`) says they are.
 
 A slot comes from an idle open file when none is free (least recently grown first; never a
 deleted one: closing it loses its rest). The facts that take I/O (first bytes, the copy check,
-start_at: end) are gathered in the opening thread.
+start_at: end) are gathered in the opening thread. Each candidate is opened by the rule that fits
+how it was found (`tail/opening.py`): a glob's (its input's `symlinks`, below the glob's fixed
+part), or a rotated copy's (no link, its original's owner or root).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from shipper.config import Config
 from shipper.events import Events
 from shipper.model import Checkpoint
 from shipper.sources.file_reading import FileReader
-from shipper.tail import adopt, identity, look
+from shipper.tail import adopt, identity, look, opening
 from shipper.tail.catalog import Catalog
+from shipper.tail.discovery import glob_bases
 from shipper.tail.files import Candidate, FileSet, Parked
 from shipper.tail.harvester import Harvester
+from shipper.tail.opening import Refused, Rule
 from shipper.tail.recovery import Recovery
 
 
@@ -38,6 +42,8 @@ class FileOpener:
         self._input_for = input_for
         self._rescan_soon = rescan_soon
         self._unreadable: set[str] = set()       # paths whose permission problem was logged once
+        # per input: the fixed parts of its globs, longest first (a glob's links there are the admin's)
+        self._bases = [glob_bases(inp) for inp in cfg.inputs]
 
     async def _evict(self, n: int) -> int:
         """Close up to n files read to their end (least recently grown first) so that waiting files
@@ -72,13 +78,17 @@ class FileOpener:
         tail_of = {i for i, c in enumerate(batch)
                    if c.first_scan and self.cfg.inputs[c.input_idx].start_at == "end"
                    and c.path not in self.catalog.known_paths}
-        job = asyncio.ensure_future(asyncio.to_thread(look.open_batch, batch, refs, tail_of))
+        rules = [self.rule(c) for c in batch]
+        job = asyncio.ensure_future(asyncio.to_thread(look.open_batch, batch, rules, refs, tail_of))
         try:
             opened = await asyncio.shield(job)
         except asyncio.CancelledError:
             job.add_done_callback(_close_opened)     # stopping: the thread's files are not leaked
             raise
         for cand, o in zip(batch, opened, strict=True):
+            if isinstance(o, Refused):
+                self.events.file_refused(o.path, o.reason, o.link, o.rule)
+                continue
             if o is None:
                 self.recovery.look_again_for(cand)   # a successor gone between the look and the open
                 # a file we may not read is retried at every scan; say so once, not silently
@@ -97,6 +107,20 @@ class FileOpener:
         far = [f.harvester for f in files.open.values() if f.harvester.needs_seek]
         if far:
             await asyncio.to_thread(_seek_all, far)
+
+    def rule(self, c: Candidate) -> Rule:
+        """How `c` may be opened: a file a glob found by its input's `symlinks`, with the links in the
+        glob's fixed part followed as they are; one found by content (a rotated copy, a renamed or
+        compressed incarnation, a successor) as a rotated copy of its original's owner."""
+        if c.why == "glob":
+            return opening.glob_rule(c.path, self._bases[c.input_idx], self.cfg.inputs[c.input_idx].symlinks)
+        owner = c.cp.uid if c.cp is not None else self._owner_at(c.doc_path or c.path)
+        return opening.copy_rule(c.path, owner)
+
+    def _owner_at(self, path: str) -> int | None:
+        """The owner of the file last read at `path`, if known."""
+        cps = [cp for cp in self.catalog.at_path(path) if cp.uid is not None]
+        return max(cps, key=lambda cp: cp.updated).uid if cps else None
 
     def _references(self, batch: list[Candidate]) -> list[look.Reference]:
         """For the copy check: the files we hold or parked of the rotation roots the batch's short
@@ -165,6 +189,8 @@ class FileOpener:
             cp = d.cp
             assert cp is not None
             cp.finished = False          # the same file, grown again after we let it go (if it was finished)
+            if cp.uid is None and d.role == "live":
+                cp.uid = st.st_uid       # a checkpoint from before owners were kept
             files.add(key, rd.make(cand.path, idx, o.fd, st, cp, gz=o.gz, role=d.role))
             if d.reopened:
                 self.events.file_reopened(cand.path, st.st_ino, cp.offset)
@@ -175,7 +201,7 @@ class FileOpener:
         start = o.tail_start
         fp_len, fp = identity.fingerprint_head(o.head[:st.st_size] if o.gz is None else o.head)
         cp = Checkpoint(identity.new_incarnation(), cand.doc_path or cand.path, st.st_dev, st.st_ino, fp_len, fp,
-                        start, st.st_size, self.clock.time())
+                        start, st.st_size, self.clock.time(), uid=st.st_uid)
         rd.stage(cp)
         f = rd.make(cand.path, idx, o.fd, st, cp, gz=o.gz, role=d.role)
         if d.renamed:
@@ -184,12 +210,12 @@ class FileOpener:
         self.events.file_opened(cand.path, st.st_ino, start, cp.incarnation)
 
 
-def _close_opened(job: asyncio.Future[list[look.Opened | None]]) -> None:
+def _close_opened(job: asyncio.Future[list[look.Opened | Refused | None]]) -> None:
     """Close what an `open_batch` nobody waits for any more opened."""
     if job.cancelled() or job.exception() is not None:
         return
     for o in job.result():
-        if o is not None:
+        if isinstance(o, look.Opened):
             o.close()
 
 

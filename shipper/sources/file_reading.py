@@ -289,7 +289,7 @@ class FileReader:
                 self._rescan_soon()
             if what in ("renamed", "deleted"):
                 self.events.file_rotated(h.path, h.inode, what)
-            if not h.at_eof or h.position < h.size:
+            if not h.at_eof or h.position < h.data_end:
                 f.quiet = False
                 continue
             f.quiet = what == "same" and h.state == "active" and not h.suspect and not f.unreported
@@ -321,6 +321,9 @@ class FileReader:
         may_open = files.free_slots() > 0
         found = await asyncio.to_thread(look.look_after_truncation, h.path, h.fd, old, committed,
                                         set(files.open), may_open)
+        if found.refused is not None:
+            r = found.refused
+            self.events.file_refused(r.path, r.reason, r.link, r.rule)
         if found.copy is not None:
             c = found.copy
             ckey = (c.st.st_dev, c.st.st_ino)
@@ -346,7 +349,7 @@ class FileReader:
             self.finish_cp(old)
         fp_len, fp = found.new_fp if found.new_fp is not None else (0, identity.digest(b""))
         cp = Checkpoint(identity.new_incarnation(), old.path, h.dev, h.inode, fp_len, fp, 0, found.new_size,
-                        self.clock.time())
+                        self.clock.time(), uid=old.uid)
         h.restart_at_zero(cp)
         f.holder = self.holder(f.input_idx)   # held lines of the old one are re-read from the copy
         self.stage(cp)

@@ -22,9 +22,10 @@ from shipper.model import Checkpoint, Draft, FileStatus
 from shipper.sources.base import Drafts, Progress, Room, lowest_unshipped
 from shipper.sources.file_opening import FileOpener
 from shipper.sources.file_reading import FileReader
-from shipper.tail import discovery, identity, look
+from shipper.tail import discovery, identity, look, opening
 from shipper.tail.catalog import Catalog
 from shipper.tail.files import Candidate, FileSet, Key, OpenFile
+from shipper.tail.opening import Refused
 from shipper.tail.recovery import Recovery
 from shipper.tail.scan import Scanner
 
@@ -281,7 +282,7 @@ class FileSource:
     def bytes_at_risk(self) -> int:
         """Unread bytes that no path names any more: files renamed or deleted while open, and the
         rotated copies being read for a truncated incarnation."""
-        return sum(max(0, f.harvester.size - f.harvester.position) for f in list(self.files.open.values())
+        return sum(max(0, f.harvester.data_end - f.harvester.position) for f in list(self.files.open.values())
                    if f.role == "copy" or f.harvester.state in ("renamed", "deleted"))
 
     # ---------------------------------------------------------------- scanning
@@ -351,13 +352,15 @@ class FileSource:
         return known, fresh
 
     def _scan_thread(self, known: dict[str, Key], fresh: set[str]) -> tuple[list[tuple[str, int, os.stat_result]], set[str],
-                                                                         dict[str, Key]]:
+                                                                         dict[str, Key], list[Refused]]:
         """The rescan's blocking part: (entries, the paths whose entry is the last scan's stat of a
-        file open there, path -> (dev, inode) of every entry)."""
+        file open there, path -> (dev, inode) of every entry, the matches not to be read)."""
         link_paths: set[str] = set()
         reused: set[str] = set()
+        refused: list[Refused] = []
+        opening.refresh_mounts()          # what lies on /proc, /sys, /dev: a mount may have come since
         entries = discovery.scan_stat(self.cfg.inputs, link_paths, scanner=self._scanner, known=known,
-                                      reused=reused, fresh=fresh)
+                                      reused=reused, fresh=fresh, refused=refused)
         at = {path: (st.st_dev, st.st_ino) for path, _idx, st in entries}
         # symlinks: rotated copies lie beside their targets; their directories are watched
         links = discovery.resolve_links(link_paths)
@@ -368,7 +371,7 @@ class FileSource:
                 self._watcher.watch(self.cfg.inputs, links)
             except Exception as e:  # watching is an optimisation; the rescan is the truth
                 log.debug("file watching not extended", extra={"error": str(e)})
-        return entries, reused, at
+        return entries, reused, at, refused
 
     async def rescan(self) -> None:
         """Glob every input: queue new and changed files for opening, then look for the unfinished
@@ -377,8 +380,10 @@ class FileSource:
         scan_started = self.clock.time()
         t0 = time.monotonic()
         known, fresh = self._known_for_scan(self._named_for_scan())
-        entries, reused, at = await asyncio.to_thread(self._scan_thread, known, fresh)
+        entries, reused, at, refused = await asyncio.to_thread(self._scan_thread, known, fresh)
         self._scan_cost_s = time.monotonic() - t0
+        for r in refused:
+            self.events.file_refused(r.path, r.reason, r.link, r.rule)
         watcher = self._watcher
         if watcher is not None and watcher.incomplete is not None and not self._warned_incomplete:
             self._warned_incomplete = True

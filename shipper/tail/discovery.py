@@ -15,7 +15,6 @@ import asyncio
 import ctypes
 import errno
 import fnmatch
-import glob
 import os
 import stat as stat_mod
 import struct
@@ -27,20 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shipper.config import InputConfig
-from shipper.tail.scan import Scanner
-
-_GLOB_CHARS = set("*?[")
-
-
-def base_dir(pattern: str) -> tuple[str, bool]:
-    """The directory prefix of a glob without glob characters, and whether files lie deeper."""
-    parts = pattern.split(os.sep)
-    fixed: list[str] = []
-    for part in parts[:-1]:
-        if _GLOB_CHARS & set(part):
-            return os.sep.join(fixed) or os.sep, True
-        fixed.append(part)
-    return os.sep.join(fixed) or os.sep, False
+from shipper.tail.opening import Refused, judge_stat
+from shipper.tail.scan import Scanner, base_dir
 
 
 def is_excluded(path: str, excludes: Sequence[str]) -> bool:
@@ -56,33 +43,37 @@ def is_excluded(path: str, excludes: Sequence[str]) -> bool:
 def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None, *, scanner: Scanner | None = None,
               known: Mapping[str, tuple[int, int]] | None = None,
               reused: set[str] | None = None,
-              fresh: Container[str] = ()) -> list[tuple[str, int, os.stat_result]]:
+              fresh: Container[str] = (),
+              refused: list[Refused] | None = None) -> list[tuple[str, int, os.stat_result]]:
     """Every regular file matched now, with its stat: (path, index of the first input whose globs
     match it, stat). A symlink and its target, or two links to one file, are followed once: the
     identity is (dev, inode), so no realpath walk is needed. The matched paths that are symbolic
     links are added to `links` (an lstat per path, a stat more only for a link: at 10,000 files
-    a separate `islink` walk cost as much as the stats).
+    a separate `islink` walk cost as much as the stats). A match its input's `symlinks` rule would
+    not follow, or one on /proc, /sys or /dev, is left out and added to `refused` (`opening.judge_stat`:
+    a first look, so such files are not opened at every rescan; the open judges what it opened).
 
     With a `scanner` (the daemon's rescans), directories unchanged since its last scan are not
     listed again, and a file `known` to be open at its path (path -> (dev, inode)) in such a
     directory is not stat'ed again: its entry carries the last scan's stat (the identity holds;
     size and times are the open fd's business) and its path is added to `reused`. A `known` path
-    in `fresh` is stat'ed all the same (and its stat kept for the next scan)."""
+    in `fresh` is stat'ed all the same (and its stat kept for the next scan). Without one, a
+    scanner of its own walks the globs (`shipper check`): the same bounded walk as the daemon's."""
     out: list[tuple[str, int, os.stat_result]] = []
     paths: set[str] = set()
     seen: set[tuple[int, int]] = set()
-    if scanner is not None:
-        scanner.begin()
+    if scanner is None:
+        scanner, known = Scanner(), None
+    scanner.begin()
     for idx, inp in enumerate(inputs):
         for pattern in inp.paths:
             pattern = os.path.expanduser(pattern)
-            found = glob.iglob(pattern, recursive=True) if scanner is None else scanner.iglob(pattern)
-            for path in found:
+            for path in scanner.iglob(pattern, inp.symlinks):
                 if path in paths or is_excluded(path, inp.exclude):
                     continue
                 is_link = False
                 st: os.stat_result | None = None
-                if scanner is not None and known:
+                if known:
                     k = known.get(path)
                     if k is not None and path not in fresh:
                         st = scanner.known_stat(path)
@@ -92,14 +83,18 @@ def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None, *, s
                             reused.add(path)
                 if st is None:
                     try:
-                        st = os.lstat(path)
+                        lst = st = os.lstat(path)
                         is_link = stat_mod.S_ISLNK(st.st_mode)
                         if is_link:
                             st = os.stat(path)
                     except OSError:
                         continue
+                    why = judge_stat(path, lst, st, inp.symlinks)
+                    if why is not None:
+                        if refused is not None:
+                            refused.append(why)
+                        continue
                 if known and not is_link and path in known and stat_mod.S_ISREG(st.st_mode):
-                    assert scanner is not None
                     scanner.note_stat(path, st)     # kept for open files only: they are what may reuse it
                 if not stat_mod.S_ISREG(st.st_mode):
                     continue
@@ -111,14 +106,20 @@ def scan_stat(inputs: Sequence[InputConfig], links: set[str] | None = None, *, s
                 if is_link and links is not None:
                     links.add(path)
                 out.append((path, idx, st))
-    if scanner is not None:
-        scanner.end()
+    scanner.end()
+    if refused is not None:
+        refused.extend(scanner.refused)
     return out
 
 
-def scan(inputs: Sequence[InputConfig]) -> dict[str, int]:
+def glob_bases(inp: InputConfig) -> list[str]:
+    """The fixed parts of an input's globs, longest first (`opening.glob_rule`)."""
+    return sorted({os.path.normpath(base_dir(os.path.expanduser(p))[0]) for p in inp.paths}, key=len, reverse=True)
+
+
+def scan(inputs: Sequence[InputConfig], refused: list[Refused] | None = None) -> dict[str, int]:
     """Every regular file matched now: path -> index of the first input whose globs match it."""
-    return {path: idx for path, idx, _st in scan_stat(inputs)}
+    return {path: idx for path, idx, _st in scan_stat(inputs, refused=refused)}
 
 
 MAX_PENDING_PATHS = 4096

@@ -205,7 +205,7 @@ class FileSet:
         out = []
         for key, f in self.open.items():
             h = f.harvester
-            if f.role != "live" or h.state not in ("active", "renamed") or not h.at_eof or h.position < h.size:
+            if f.role != "live" or h.state not in ("active", "renamed") or not h.at_eof or h.position < h.data_end:
                 continue
             if f.holds_lines():
                 continue

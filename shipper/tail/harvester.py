@@ -5,6 +5,8 @@ or talks HTTP. Rename rotation: the old fd is read to its end while the path get
 Truncation (size below our position, or the bytes we read are no longer there): a new incarnation
 from 0. A deleted file that is still open is read to its end before it is closed. A compressed
 rotated copy (`.gz`) is read through gzip, transparently, with the same offsets as the original.
+Holes of a sparse file are skipped (SEEK_DATA), never read; a hole up to the file's end is not
+consumed either: reading waits there for data (a writer filling a preallocated file).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import errno
 import gzip
 import os
-import stat as stat_mod
 import threading
 import zlib
 from collections.abc import Callable, Mapping
@@ -67,6 +68,7 @@ class Harvester:
         self.truncations = 0
         self.error: str | None = None   # a compressed copy that could not be read (yet)
         self.suspect = False            # the bytes before our position changed: a truncation
+        self.hole_at: int | None = None  # the position, when the file holds no data from there to its end
         self._gz = gz
         self._tail = b""
 
@@ -87,8 +89,14 @@ class Harvester:
         return gz is not None and self.error is None and gz.tell() != self.splitter.read_position
 
     @property
+    def data_end(self) -> int:
+        """Where the file's data ends as last seen: its size, or where a hole up to its end begins."""
+        hole = self.hole_at
+        return self.size if hole is None else min(hole, self.size)
+
+    @property
     def lag_bytes(self) -> int:
-        return max(0, self.size - self.checkpoint.offset)
+        return max(0, self.data_end - self.checkpoint.offset)
 
     def read(self, max_bytes: int = CHUNK_BYTES) -> list[Line]:
         """Read up to max_bytes from the current position; [] at EOF (at_eof is then set)."""
@@ -115,6 +123,16 @@ class Harvester:
                 return None
             chunk = self._read_gz(pos, max_bytes)
         else:
+            if self.hole_at == pos:
+                # no data from here to the end when last read: ask again before reading a byte
+                nxt = self._next_data(pos)
+                if nxt < 0:
+                    self.at_eof = True
+                    return None
+                self.hole_at = None
+                if nxt > pos:
+                    self._skip(pos, nxt)
+                    pos = nxt
             # Read the last bytes we read once more in front of the new ones: if they are not the
             # same, the file was truncated and written again (copytruncate, a NUL hole) and what
             # follows belongs to a new incarnation. Told by content, before anything is consumed.
@@ -149,6 +167,28 @@ class Harvester:
                 if cp.fp_len and not _holds(self.fd, cp.fp_len, cp.fp):
                     self.suspect = True
                     return None
+            if chunk and chunk[0] == 0 and chunk[-1] == 0 and not self.splitter.pending_bytes:
+                # all NULs, maybe a hole of a sparse file (a 2 GiB one read cost ~10 CPU-s): where
+                # its data goes on is asked, not read; a line begun before it reads the NULs as
+                # its bytes until it is cut (at most max_line_bytes), then skips the rest
+                nxt = self._next_data(pos)
+                if nxt < 0:
+                    self.hole_at = pos
+                    self.at_eof = True
+                    return None
+                if nxt >= pos + len(chunk):
+                    self._skip(pos, nxt)
+                    return self._chunk(max_bytes)
+            elif chunk and chunk[-1] == 0:
+                # data, then NULs: where a hole begins, the chunk ends (read no further into it)
+                end = self._hole_after(pos, len(chunk))
+                if end < len(chunk):
+                    chunk = chunk[:end]
+                    self._tail = bytes(chunk[-TAIL_BYTES:]) if end >= TAIL_BYTES else (self._tail + chunk)[-TAIL_BYTES:]
+                    if pos + end > self.size:
+                        self.size = pos + end
+                    self.at_eof = False             # what follows the hole is asked for next time
+                    return chunk
         if not chunk:
             self.at_eof = True
             if self._gz is not None and self.error is None:
@@ -160,6 +200,26 @@ class Harvester:
         n = len(chunk)
         self._tail = bytes(chunk[-TAIL_BYTES:]) if n >= TAIL_BYTES else (self._tail + chunk)[-TAIL_BYTES:]
         return chunk
+
+    def _next_data(self, pos: int) -> int:
+        """Where the file's data goes on from `pos` (SEEK_DATA: holes are skipped, not read); -1
+        when it holds none from `pos` to its end (such a hole is not consumed: `hole_at`)."""
+        try:
+            return os.lseek(self.fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            return -1 if e.errno == errno.ENXIO else pos   # no SEEK_DATA here: the NULs are read
+
+    def _hole_after(self, pos: int, n: int) -> int:
+        """How many of the n bytes from `pos` come before the next hole (SEEK_HOLE; n when none)."""
+        try:
+            return max(0, min(n, os.lseek(self.fd, pos, os.SEEK_HOLE) - pos)) or n
+        except OSError:
+            return n
+
+    def _skip(self, pos: int, nxt: int) -> None:
+        """Move past the hole [pos, nxt) as the splitter would past its NULs, without reading them."""
+        self.splitter.skip_zeros(nxt - pos)
+        self._tail = bytes(min(TAIL_BYTES, nxt))
 
     def seek_compressed(self) -> None:
         """Bring a compressed copy's decompressor to the read position, decompressing all before
@@ -269,6 +329,7 @@ class Harvester:
         self.splitter = LineSplitter(0, self.splitter.max_line_bytes)
         self.truncations += 1
         self._tail = b""
+        self.hole_at = None
         self.suspect = False
         self.at_eof = False
         try:
@@ -313,33 +374,6 @@ def _holds(fd: int, fp_len: int, fp: str) -> bool:
         return identity.matches(fd, fp_len, fp)
     except OSError:
         return True
-
-
-def open_file(path: str) -> tuple[int, os.stat_result] | None:
-    """Open a regular file for reading (symlinks followed); None when it vanished or is not a file.
-
-    O_NONBLOCK: a FIFO that replaced a file between the glob's stat and this open must not block
-    the opening thread (it is then refused as not a regular file); regular files ignore the flag.
-    """
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags | getattr(os, "O_NOATIME", 0))
-    except PermissionError:
-        try:
-            fd = os.open(path, flags)
-        except OSError:
-            return None
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        os.close(fd)
-        return None
-    if not stat_mod.S_ISREG(st.st_mode):
-        os.close(fd)
-        return None
-    return fd, st
 
 
 class GzipReader:

@@ -3,7 +3,8 @@
 The fingerprint covers the first `fp_len` bytes (up to FP_MAX_BYTES), so a file smaller than that
 is recognised at once and the fingerprint grows with it. Rotated siblings (`app.log.1`,
 `app.log-20260101`, `app.log.2.gz`) are matched by content, gzip read transparently. Keeps no
-fds open: callers pass one, or a path that is opened and closed here.
+fds open: callers pass one, or a path that is opened (by `opening`'s rule for rotated copies: a
+regular file, not a link, never blocking) and closed here.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import hashlib
 import os
 import re
 import secrets
-import stat as stat_mod
 import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
+
+from shipper.tail import opening
 
 FP_MAX_BYTES = 1024
 
@@ -72,28 +74,40 @@ def is_compressed(path: str) -> bool:
     return path.endswith(GZIP_SUFFIXES)
 
 
-def head_of_path(path: str, n: int = FP_MAX_BYTES) -> bytes:
-    """First n bytes of a file, decompressing .gz transparently; b'' when unreadable."""
+def head_of_fd(fd: int, compressed: bool, n: int = FP_MAX_BYTES) -> bytes:
+    """First n bytes of an open file, decompressing .gz transparently; b'' when unreadable."""
     try:
-        if is_compressed(path):
-            with gzip.open(path, "rb") as g:
-                return g.read(n)
-        with open(path, "rb") as f:
-            return f.read(n)
+        if not compressed:
+            return os.pread(fd, n, 0)
+        with os.fdopen(os.dup(fd), "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as g:
+            return g.read(n)
     except (OSError, EOFError, zlib.error):
         return b""
+
+
+def head_of_path(path: str, n: int = FP_MAX_BYTES) -> bytes:
+    """First n bytes of the file at `path` (a rotated copy's rule: a regular file, not a link),
+    decompressing .gz transparently; b'' when unreadable or refused."""
+    got = opening.open_log(path, opening.copy_rule(path, None))
+    if not isinstance(got, tuple):
+        return b""
+    fd = got[0]
+    try:
+        return head_of_fd(fd, is_compressed(path), n)
+    finally:
+        os.close(fd)
 
 
 def path_matches(path: str, fp_len: int, fp: str) -> bool:
     return head_matches(head_of_path(path, fp_len), fp_len, fp)
 
 
-def gzip_size_hint(path: str) -> int | None:
+def gzip_size_hint(fd: int, size: int) -> int | None:
     """The uncompressed size a gzip member records in its trailer (mod 2**32); None if unreadable."""
+    if size < 4:
+        return None
     try:
-        with open(path, "rb") as f:
-            f.seek(-4, os.SEEK_END)
-            tail = f.read(4)
+        tail = os.pread(fd, 4, size - 4)
     except OSError:
         return None
     if len(tail) != 4:
@@ -141,23 +155,26 @@ class Sibling:
     mtime_ns: int
     head: bytes
     compressed: bool
+    uid: int = 0
 
 
 def look_at(path: str) -> Sibling | None:
-    """Stat and read the head of one regular file; None when it vanished or is not a file."""
+    """Open (by the rule for rotated copies) and read the head of one file; None when it vanished,
+    is refused (a link, not a regular file, on /proc) or cannot be read."""
+    got = opening.open_log(path, opening.copy_rule(path, None))
+    if not isinstance(got, tuple):
+        return None
+    fd, st = got
     try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    if not stat_mod.S_ISREG(st.st_mode):
-        return None
-    comp = is_compressed(path)
-    head = head_of_path(path)
-    size = st.st_size
-    if comp:
-        hint = gzip_size_hint(path)
-        size = hint if hint is not None else 0
-    return Sibling(path, st.st_dev, st.st_ino, size, st.st_mtime, st.st_mtime_ns, head, comp)
+        comp = is_compressed(path)
+        head = head_of_fd(fd, comp)
+        size = st.st_size
+        if comp:
+            hint = gzip_size_hint(fd, size)
+            size = hint if hint is not None else 0
+    finally:
+        os.close(fd)
+    return Sibling(path, st.st_dev, st.st_ino, size, st.st_mtime, st.st_mtime_ns, head, comp, st.st_uid)
 
 
 def classify(sib: Sibling, dev: int, inode: int, fp_len: int, fp: str) -> Kind | None:
@@ -177,11 +194,13 @@ def classify(sib: Sibling, dev: int, inode: int, fp_len: int, fp: str) -> Kind |
 
 
 def find_incarnation(path: str, dev: int, inode: int, fp_len: int, fp: str, offset: int,
-                     siblings: Iterable[Sibling], *, copies_only: bool = False) -> tuple[Kind, Sibling] | None:
+                     siblings: Iterable[Sibling], *, copies_only: bool = False,
+                     owner: int | None = None) -> tuple[Kind, Sibling] | None:
     """Where the content of incarnation (dev, inode, fp) of `path` lives now among its rotated
     siblings. The same inode renamed wins; then plain copies, then compressed ones; among those,
     the most recently modified that holds at least `offset` bytes (an older copy that shares the
-    first bytes of a short file is not it)."""
+    first bytes of a short file is not it). A copy not owned by `owner` (the file's owner, when
+    known) or by root is not it (SPEC, Trust boundaries: its first bytes are whoever wrote them)."""
     best: tuple[int, float, Kind, Sibling] | None = None
     rank = {"renamed": 0, "copy": 1, "gz": 2}
     for sib in siblings:
@@ -189,6 +208,8 @@ def find_incarnation(path: str, dev: int, inode: int, fp_len: int, fp: str, offs
             continue
         kind = classify(sib, dev, inode, fp_len, fp)
         if kind is None or (copies_only and kind == "renamed"):
+            continue
+        if owner is not None and kind != "renamed" and sib.uid not in (0, owner):
             continue
         if kind != "gz" and sib.size < offset:
             continue

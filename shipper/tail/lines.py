@@ -109,6 +109,25 @@ class LineSplitter:
                 append((start, pos, part, 0))
         return self._keep_tail(out, pos, tail)
 
+    def skip_zeros(self, n: int) -> list[Line]:
+        """`feed(bytes(n))` without the bytes (a hole of a sparse file, skipped unread): at the
+        start of a line they are head NULs, consumed; inside an over-long line already emitted,
+        skipped; inside a line, its bytes (at most max_line_bytes + 2 of them are fed: by then
+        the line is cut and the rest skipped). The lines it completes (a cut one, at most)."""
+        if n <= 0:
+            return []
+        if self._skipping:
+            self._skip_pos += n
+            return []
+        if not self._carry:
+            self.offset += n
+            return []
+        k = min(n, self.max_line_bytes + 2)
+        out = self.feed(bytes(k))
+        if n > k:
+            self._skip_pos += n - k           # carry + k NULs is over the limit: skipping now
+        return out
+
     def feed_built(self, chunk: bytes | bytearray | memoryview, split: SplitBuild) -> tuple[list[Line], Built]:
         """`feed`, with the complete lines handed to `split`'s builder as they are found instead of
         being returned: (the lines still to build, in order after the built ones; what was built).

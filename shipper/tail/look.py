@@ -2,19 +2,22 @@
 
 Every function here is called through `asyncio.to_thread` by the reader, one at a time (so at
 most one short look holds an fd beside the open files: `tail/files.py` keeps a slot for it).
-They return values; `tail/adopt.py` and `tail/recovery.py` decide what the values mean.
+Every file is opened through `tail/opening.py`'s policy. They return values; `tail/adopt.py` and
+`tail/recovery.py` decide what the values mean.
 """
 
 from __future__ import annotations
 
 import os
+import stat as stat_mod
 import zlib
 from dataclasses import dataclass
 
 from shipper.model import Checkpoint
-from shipper.tail import identity
+from shipper.tail import identity, opening
 from shipper.tail.files import Candidate, Key
-from shipper.tail.harvester import GzipReader, open_file
+from shipper.tail.harvester import GzipReader
+from shipper.tail.opening import Refused, Rule
 
 Found = tuple[identity.Kind, identity.Sibling]
 
@@ -52,14 +55,16 @@ def close_file(fd: int, gz: GzipReader | None) -> None:
     os.close(fd)
 
 
-def open_batch(cands: list[Candidate], refs: list[Reference], tail_of: set[int]) -> list[Opened | None]:
-    """Open files and read their first bytes. `refs`: the files held of each rotation root, for the
-    copy check; `tail_of`: indexes of candidates that start at their last newline (start_at: end)."""
-    out: list[Opened | None] = []
-    for i, c in enumerate(cands):
-        opened = open_file(c.path)
-        if opened is None:
-            out.append(None)
+def open_batch(cands: list[Candidate], rules: list[Rule], refs: list[Reference],
+               tail_of: set[int]) -> list[Opened | Refused | None]:
+    """Open files (each by its rule: `opening.open_log`) and read their first bytes. `refs`: the
+    files held of each rotation root, for the copy check; `tail_of`: indexes of candidates that
+    start at their last newline (start_at: end). None: nothing there to open now."""
+    out: list[Opened | Refused | None] = []
+    for i, (c, rule) in enumerate(zip(cands, rules, strict=True)):
+        opened = opening.open_log(c.path, rule)
+        if not isinstance(opened, tuple):
+            out.append(opened)
             continue
         fd, st = opened
         gz = None
@@ -103,13 +108,11 @@ def being_copied(path: str, head: bytes, refs: list[Reference]) -> bool:
             except OSError:
                 pass
             continue
-        try:
-            fd = os.open(ref.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
+        fd = opening.reopen(ref.path, ref.key)
+        if fd is None:
             continue
         try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) == ref.key and os.pread(fd, n, 0) == head:
+            if os.pread(fd, n, 0) == head:
                 return True
         except OSError:
             pass
@@ -136,9 +139,9 @@ class Surroundings:
     def rotated(self, path: str) -> list[str]:
         """The rotated siblings' paths of `path` (app.log.1, app.log-20260101.gz, ...). For a
         symbolic link, those of its target, where its writer rotates it (kubelet: `0.log` ->
-        `0.log.<timestamp>`), even while the link dangles between the rename and the reopen."""
-        if os.path.islink(path):
-            path = os.path.realpath(path)
+        `0.log.<timestamp>`), even while the link dangles between the rename and the reopen:
+        only a link owned by root or by its target's owner (`symlink_dir`)."""
+        path = symlink_dir(path)
         d = os.path.dirname(path)
         names = self._listings.get(d)
         if names is None:
@@ -156,6 +159,27 @@ class Surroundings:
 
     def siblings(self, path: str) -> list[identity.Sibling]:
         return [s for s in map(self.look, self.rotated(path)) if s is not None]
+
+
+def symlink_dir(path: str) -> str:
+    """Where the rotated copies of `path` lie: beside it, or for a symbolic link, beside its target
+    when the link is owned by root or by the target's owner (a runtime's links into its own files).
+    Beside another user's link they are not looked for elsewhere: its copies there would have to be
+    that user's or root's, and root's files elsewhere are not for that user to name."""
+    try:
+        lst = os.lstat(path)
+    except OSError:
+        return path
+    if not stat_mod.S_ISLNK(lst.st_mode):
+        return path
+    target = os.path.realpath(path)
+    if lst.st_uid != 0:
+        try:
+            if os.stat(target).st_uid != lst.st_uid:
+                return path
+        except OSError:
+            return path
+    return target
 
 
 Located = tuple[Checkpoint, Found | None, list[identity.Sibling]]
@@ -177,7 +201,7 @@ def locate(cps: list[Checkpoint], cache: dict[str, tuple[str, int, int, int]]) -
             except OSError:
                 pass
         sibs = around.siblings(cp.path)
-        found = identity.find_incarnation(cp.path, cp.dev, cp.inode, cp.fp_len, cp.fp, cp.offset, sibs)
+        found = identity.find_incarnation(cp.path, cp.dev, cp.inode, cp.fp_len, cp.fp, cp.offset, sibs, owner=cp.uid)
         out.append((cp, found, sibs))
     return out
 
@@ -233,6 +257,15 @@ class TruncationLook:
     copy_path: str
     new_size: int
     new_fp: tuple[int, str] | None     # None: unreadable now (grows once it reads again)
+    refused: Refused | None = None     # the copy found by content, not read (opening's rule)
+
+
+def _owner(fd: int, cp: Checkpoint) -> int | None:
+    """The owner of the file a copy is of: the open file's, else the one its checkpoint keeps."""
+    try:
+        return os.fstat(fd).st_uid
+    except OSError:
+        return cp.uid
 
 
 def look_after_truncation(path: str, fd: int, old: Checkpoint, committed: int, open_keys: set[Key],
@@ -241,15 +274,18 @@ def look_after_truncation(path: str, fd: int, old: Checkpoint, committed: int, o
     open it when `may_open` (a slot is free), and fingerprint what the file holds now."""
     copy: Opened | None = None
     copy_path = ""
+    refused: Refused | None = None
     if old.fp_len and may_open:
         sibs = Surroundings().siblings(path)
+        owner = _owner(fd, old)
         found = identity.find_incarnation(path, old.dev, old.inode, old.fp_len, old.fp, committed, sibs,
-                                          copies_only=True)
+                                          copies_only=True, owner=owner)
         if found is not None:
             kind, sib = found
             skey = (sib.dev, sib.inode)
-            opened = open_file(sib.path) if skey not in open_keys else None
-            if opened is not None and (opened[1].st_dev, opened[1].st_ino) == skey:
+            opened = opening.open_log(sib.path, opening.copy_rule(sib.path, owner)) \
+                if skey not in open_keys else None
+            if isinstance(opened, tuple) and (opened[1].st_dev, opened[1].st_ino) == skey:
                 cfd, st = opened
                 try:
                     gz = GzipReader(cfd) if kind == "gz" else None
@@ -257,8 +293,10 @@ def look_after_truncation(path: str, fd: int, old: Checkpoint, committed: int, o
                     os.close(cfd)
                 else:
                     copy, copy_path = Opened(cfd, st, b"", gz), sib.path
-            elif opened is not None:
+            elif isinstance(opened, tuple):
                 os.close(opened[0])
+            elif isinstance(opened, Refused):
+                refused = opened
     try:
         size = os.fstat(fd).st_size
     except OSError:
@@ -267,4 +305,4 @@ def look_after_truncation(path: str, fd: int, old: Checkpoint, committed: int, o
         fp: tuple[int, str] | None = identity.fingerprint_fd(fd, size)
     except OSError:
         fp = None
-    return TruncationLook(copy, copy_path, size, fp)
+    return TruncationLook(copy, copy_path, size, fp, refused)
