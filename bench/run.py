@@ -270,7 +270,7 @@ class RunResult:
 def shipper_config(tmp: str, input_path: str, url: str, *, gzip: bool = True,
                    bulk_max_events: int | None = None, in_flight: int | None = None,
                    log_level: str = "info", flush_interval: str | None = None,
-                   flush_min_interval: str | None = None) -> str:
+                   flush_min_interval: str | None = None, aws_sigv4: bool = False) -> str:
     """Write a config for `shipper run` into `tmp` (state under tmp/state); returns its path.
 
     Only the keys given are set, so everything else is shipper's default, as a user would have it.
@@ -288,6 +288,8 @@ def shipper_config(tmp: str, input_path: str, url: str, *, gzip: bool = True,
         es["flush_interval"] = flush_interval
     if flush_min_interval is not None:
         es["flush_min_interval"] = flush_min_interval
+    if aws_sigv4:
+        es["aws_sigv4"] = {"region": "eu-west-1", "service": "es"}
     cfg = {
         "state_dir": os.path.join(tmp, "state"),
         "log_level": log_level,
@@ -316,16 +318,18 @@ def _system_command(system: str, tmp: str, input_path: str, url: str,
     py = args.python
     if system == "naive":
         return [py, os.path.join(BENCH_DIR, "naive.py"), input_path, url, "--batch", "1000"], False
-    if system in ("shipper", "shipper-py"):
+    if system in ("shipper", "shipper-py", "shipper-sigv4"):
         cfg = shipper_config(tmp, input_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
-                             log_level=args.log_level)
+                             log_level=args.log_level, aws_sigv4=system == "shipper-sigv4")
         if args.cprofile:
             prof = os.path.join(OUT_DIR, "shipper.prof")
             return [py, "-m", "cProfile", "-o", prof, "-m", "shipper", "run", "-c", cfg], False
         cmd = [py, "-m", "shipper", "run", "-c", cfg]
         if system == "shipper-py":     # the same daemon without its C fast path for JSON lines
             cmd = ["env", "SHIPPER_PURE_PYTHON=1", *cmd]
+        if system == "shipper-sigv4":  # every request signed (the sink does not check): the signing's cost
+            cmd = ["env", *SIGV4_ENV, *cmd]
         if args.profile:
             pyspy = shutil.which("py-spy", path=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
             if pyspy is None:
@@ -340,7 +344,14 @@ def _system_command(system: str, tmp: str, input_path: str, url: str,
             svg = os.path.join(OUT_DIR, "shipper.svg")
             return [pyspy, "record", "-o", svg, "--subprocesses", "--", *cmd], True
         return cmd, False
-    raise SystemExit(f"unknown system {system!r} (known: naive, shipper, shipper-py, syslog-ng, rsyslog)")
+    raise SystemExit(f"unknown system {system!r} (known: naive, shipper, shipper-py, shipper-sigv4, "
+                     "syslog-ng, rsyslog)")
+
+
+# shipper-sigv4's static credentials, and nothing of the machine's (no files, no metadata endpoint)
+SIGV4_ENV = ["AWS_ACCESS_KEY_ID=AKIABENCHBENCHBENCH1", "AWS_SECRET_ACCESS_KEY=benchbenchbenchbenchbenchbenchbenchbench",
+             "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_CONFIG_FILE=/nonexistent",
+             "AWS_EC2_METADATA_DISABLED=true"]
 
 
 def _tail(path: str, lines: int = 30) -> str:

@@ -13,13 +13,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 
-from shipper.config_output import DataStreamConfig as DataStreamConfig  # re-exported, as the two below
+from shipper.config_output import AwsSigV4Config as AwsSigV4Config  # re-exported, as the three below
+from shipper.config_output import DataStreamConfig as DataStreamConfig
 from shipper.config_output import IndexTemplateMode as IndexTemplateMode
 from shipper.config_output import TLSConfig as TLSConfig
-from shipper.config_output import read_data_stream, read_tls
+from shipper.config_output import read_aws_sigv4, read_data_stream, read_tls
 from shipper.config_values import Lines as _Lines
 from shipper.config_values import Section as _Section
 from shipper.config_values import check_regex as _regex
@@ -113,6 +115,7 @@ class ElasticsearchConfig:
     # per host, in `hosts` order: (where it came from, the proxy URL) or None for a direct connection;
     # resolved at load from proxy_url and the environment (https_proxy, http_proxy, no_proxy); (): all direct
     host_proxies: tuple[tuple[str, str] | None, ...] = ()
+    aws_sigv4: AwsSigV4Config | None = None        # set: every request signed (Amazon OpenSearch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +344,10 @@ def _output(data: Any, lines: _Lines, env: Mapping[str, str] | None = None) -> E
     if not index:
         raise lines.error("output.elasticsearch.index", "must not be empty")
     proxy_url = es.string("proxy_url", None) or None
+    aws_sigv4 = read_aws_sigv4(es, os.environ if env is None else env, lines)
+    if aws_sigv4 is not None and any(urlsplit(h).username for h in hosts):
+        raise lines.error("output.elasticsearch.aws_sigv4", "signs every request with AWS credentials: "
+                                                            "not together with credentials in a host URL")
     username = es.string("username", None)
     password = es.string("password", None)
     if password is not None and username is None:
@@ -367,6 +374,7 @@ def _output(data: Any, lines: _Lines, env: Mapping[str, str] | None = None) -> E
         proxy_url=proxy_url,
         host_proxies=_host_proxies(tuple(h.rstrip("/") for h in hosts), proxy_url,
                                    os.environ if env is None else env, lines),
+        aws_sigv4=aws_sigv4,
     )
     es.finish()
     return cfg

@@ -1,19 +1,21 @@
-"""Two sub-sections of `output.elasticsearch` and their dataclasses: `tls` (client certificate,
-CA pinning) and `data_stream` (Elastic's `<type>-<dataset>-<namespace>` naming). Read by
-`shipper.config`'s `_output`, which re-exports `TLSConfig` and `DataStreamConfig`.
+"""Sub-sections of `output.elasticsearch` and their dataclasses: `tls` (client certificate,
+CA pinning), `data_stream` (Elastic's `<type>-<dataset>-<namespace>` naming) and `aws_sigv4`
+(Amazon OpenSearch). Read by `shipper.config`'s `_output`, which re-exports the dataclasses.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from shipper.config_values import Lines, Section, parse_fingerprint
 from shipper.errors import ConfigError
 
-__all__ = ["DataStreamConfig", "IndexTemplateMode", "TLSConfig", "read_data_stream", "read_tls"]
+__all__ = ["AwsSigV4Config", "DataStreamConfig", "IndexTemplateMode", "TLSConfig", "read_aws_sigv4",
+           "read_data_stream", "read_tls"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,17 @@ class DataStreamConfig:
     @property
     def name(self) -> str:
         return f"{self.type}-{self.dataset}-{self.namespace}"
+
+
+AwsService = Literal["es", "aoss"]
+
+
+@dataclass(frozen=True, slots=True)
+class AwsSigV4Config:
+    """`output.elasticsearch.aws_sigv4`: every request signed with AWS Signature Version 4."""
+
+    region: str
+    service: AwsService = "es"        # es: Amazon OpenSearch Service; aoss: OpenSearch Serverless
 
 
 # The defaults, as the dataclasses give them: the readers take every default from these.
@@ -89,3 +102,32 @@ def read_data_stream(es: Section, lines: Lines) -> DataStreamConfig | None:
         raise lines.error(d.key("dataset"), "the data stream name would be longer than 100 bytes")
     d.finish()
     return ds
+
+
+_REGION_RE = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
+
+
+def read_aws_sigv4(es: Section, env: Mapping[str, str], lines: Lines) -> AwsSigV4Config | None:
+    """The `aws_sigv4` section; the region may come from AWS_REGION / AWS_DEFAULT_REGION. It needs
+    botocore (`pip install 'shipper[aws]'`) and excludes the other ways to authenticate."""
+    raw = es.raw("aws_sigv4")
+    if raw is None:
+        return None
+    key = es.key("aws_sigv4")
+    a = Section(raw, key, lines)
+    region = a.string("region", None) or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise lines.error(a.key("region"), "is required (or set AWS_REGION): the region of the domain or "
+                                           "collection, e.g. eu-west-1")
+    if not _REGION_RE.fullmatch(region):
+        raise lines.error(a.key("region"), f"is not an AWS region name: {region!r}")
+    service: AwsService = a.string("service", "es", ("es", "aoss"))
+    a.finish()
+    for other in ("username", "password", "api_key"):
+        if es.raw(other) is not None:
+            raise lines.error(key, f"signs every request with AWS credentials: not together with {other}")
+    try:
+        import botocore.session  # noqa: F401  (the credential chain; an optional extra)
+    except ImportError:
+        raise lines.error(key, "needs botocore, which is not installed: pip install 'shipper[aws]'") from None
+    return AwsSigV4Config(region=region, service=service)

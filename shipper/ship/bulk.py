@@ -210,6 +210,9 @@ def status_reason(status: int, answer: dict[str, Any] | None) -> str:
             return _reason(err)
         if isinstance(err, str):
             return err
+        message = answer.get("message", answer.get("Message"))
+        if isinstance(message, str):
+            return message          # Amazon OpenSearch's own answers (a refused signature, an expired token)
     return {401: "unauthorized", 403: "forbidden", 404: "not found", 413: "request entity too large",
             429: "too many requests", 502: "bad gateway", 503: "service unavailable",
             504: "gateway timeout"}.get(status, f"HTTP {status}")

@@ -3,7 +3,9 @@
 Decisions live in ship/bulk.py and ship/backoff.py; this module performs the I/O and reports
 what came back. It never touches files or spool internals. Secrets never reach an error text.
 A `preflight` (the index template, ship/template.py) runs once before the first bulk request.
-The requests go over shipper's own keep-alive HTTP/1.1 connections (ship/http1.py: why there).
+The requests go over shipper's own keep-alive HTTP/1.1 connections (ship/http1.py: why there),
+through a forward proxy where one is set (ship/proxy.py), signed with SigV4 for Amazon OpenSearch
+(ship/sigv4.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
 from shipper.ship.bulk import FAILURE_STORE_MARK, FILTER_PATH, parse_retry_after
 from shipper.ship.proxy import Proxy, ProxyError, parse_proxy, secrets_of
+from shipper.ship.sigv4 import CredentialsError, Signer, encode_query
 
 log = logging.getLogger("shipper.output")
 
@@ -158,6 +161,7 @@ class BulkClient:
             q += f"&pipeline={cfg.pipeline}"
         self._query = q
         self._tls = tlsmod.client_context(cfg.tls)
+        self._signer = Signer(cfg.aws_sigv4) if cfg.aws_sigv4 is not None else None
         self._pinned: set[str] = set()        # hosts whose chain showed the pinned CA
         self.preflight: Preflight | None = None
         self._preflight_done = False
@@ -204,7 +208,7 @@ class BulkClient:
             return TransportError(f"timeout after {self.cfg.timeout_s:g}s", host=host.label)
         if (host.url.startswith("https:") and tlsmod.describe_tls_error(e, self.cfg.tls) is None
                 and isinstance(e, (ConnectionError, OSError))
-                and not isinstance(e, (http1.ProtocolError, ProxyError))):
+                and not isinstance(e, (http1.ProtocolError, ProxyError, CredentialsError))):
             # a reset on https: a refused client certificate looks like this under TLS 1.3
             parts = urlsplit(host.url)
             found = await tlsmod.diagnose(parts.hostname or "", parts.port or 443, self._tls,
@@ -261,8 +265,15 @@ class BulkClient:
         """One request to `host` within timeout_s (connecting included). Raises TimeoutError or OSError
         (ssl.SSLError, http1.ProtocolError) when no whole answer came."""
         assert host.origin is not None
+        target = host.base_path + path
         async with asyncio.timeout(self.cfg.timeout_s):
-            resp = await self.pool().request(host.origin, method, host.base_path + path, headers, body)
+            if self._signer is not None:
+                # the query goes as SigV4 canonicalises it, so that what is signed is what arrives
+                route, _q, query = target.partition("?")
+                target = route + "?" + encode_query(query) if query else route
+                headers = {**headers, **await self._signer.headers(
+                    method, host.origin.host_header, target, headers, body, self._clock.time())}
+            resp = await self.pool().request(host.origin, method, target, headers, body)
         if resp.status == 407 and host.proxy is not None:
             # only a proxy answers 407: the request never reached the destination
             raise ProxyError(f"the proxy {host.proxy.label} refused the request: HTTP 407 "

@@ -27,10 +27,10 @@ def _bench(script: str, *args: str, timeout_s: float = 120) -> subprocess.Comple
 
 def test_run_py_ships_a_small_backlog_through_naive_and_shipper(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
-    p = _bench("run.py", "-n", "3000", "--systems", "naive,shipper", "--runs", "1", "--json", str(out))
+    p = _bench("run.py", "-n", "3000", "--systems", "naive,shipper,shipper-sigv4", "--runs", "1", "--json", str(out))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     summary = {row["system"]: row for row in json.loads(out.read_text())["summary"]}
-    assert set(summary) == {"naive", "shipper"}
+    assert set(summary) == {"naive", "shipper", "shipper-sigv4"}
     for name, row in summary.items():
         assert row["runs_ok"] == 1 and row["docs"] == 3000, (name, row)
         assert row["requests"] >= 1 and row["peak_rss_mb"] > 0 and row["cpu_per_m"] > 0, (name, row)

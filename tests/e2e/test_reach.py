@@ -13,13 +13,14 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.support.aws import CredentialAuthority, FakeEcs, FakeImds, FakeSts
 from tests.support.daemon import write_config
 from tests.support.es import ES, ESError
 from tests.support.forward_proxy import Tinyproxy
 from tests.support.pki import make_ca, server_context
 from tests.support.proxy import FAILURE_STORE, BulkItem, FaultProxy, ItemVerdict
 from tests.support.wait import wait_until
-from tests.support.writer import write_lines
+from tests.support.writer import Writer, write_lines
 
 pytestmark = pytest.mark.slow
 
@@ -210,3 +211,158 @@ def test_http_through_proxy_url_in_absolute_form_and_no_proxy_goes_direct(
         assert "reached through proxy" not in d2.cli("check").stdout
         es.assert_exactly_once(range(220), index="logs-*")
         assert d2.alive, d2.tail()
+
+
+# ---------------------------------------------------------------- AWS SigV4
+
+REGION = "eu-west-1"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYShipperKEY"
+
+
+def _aws_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """An AWS environment that finds nothing of the machine's own (no files, no metadata endpoint)."""
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
+           "AWS_CONFIG_FILE": str(tmp_path / "no-config"), "AWS_EC2_METADATA_DISABLED": "true"}
+    env.update(extra)
+    return env
+
+
+def _sigv4_config(tmp_path: Path, url: str, logs: Path, service: str = "es", **es: Any) -> Path:
+    return write_config(tmp_path, es_url=url, paths=[logs / "*.log"],
+                        extra_yaml={"output": {"elasticsearch": {"aws_sigv4": {"region": REGION, "service": service},
+                                                                  **es}}})
+
+
+def _static_key_front(front: FaultProxy, access_key: str) -> None:
+    """The front verifies signatures made with `access_key` and AWS_SECRET, a long-term key."""
+    authority = CredentialAuthority()
+    authority.add_static(access_key, AWS_SECRET)
+    front.require_sigv4(authority.lookup, REGION, "es")
+
+
+def _ship_while_credentials_turn_over(d: Any, es: ES, logs: Path, authority: CredentialAuthority,
+                                      index: str) -> list[int]:
+    """Lines written steadily until three credentials have been handed out (refreshed while
+    shipping); then every one arrives within the bound."""
+    w = Writer(logs / "app.log", rate=200).start()
+    try:
+        wait_until(lambda: authority.issued >= 3, lambda: f"3 credentials handed out (have {authority.issued})\n"
+                                                          f"{d.tail()}", timeout_s=60)
+    finally:
+        written = w.stop()
+    t_end = time.monotonic()
+    _arrive(es, index, len(written), t_end, d.tail)
+    return written
+
+
+def test_sigv4_with_credentials_from_the_environment_a_wrong_secret_refused_then_right(
+        tmp_path: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
+    logs = _logs(tmp_path)
+    _static_key_front(fault_proxy, "AKIASHIPPERTEST00001")
+    cfg = _sigv4_config(tmp_path, fault_proxy.url, logs)
+    wrong = _aws_env(tmp_path, AWS_ACCESS_KEY_ID="AKIASHIPPERTEST00001", AWS_SECRET_ACCESS_KEY=AWS_SECRET[:-1] + "X")
+    d = daemon_factory(cfg, env=wrong)
+    d.wait_ready()
+    write_lines(logs / "app.log", range(150))
+    wait_until(lambda: len(fault_proxy.sigv4_refused) >= 2, lambda: f"refusals\n{d.tail()}")
+    assert all("signature" in p for p in fault_proxy.sigv4_refused), fault_proxy.sigv4_refused
+    assert _count(es, "logs-*") == 0
+    d.terminate()
+    fault_proxy.sigv4_refused.clear()
+    d2 = daemon_factory(cfg, env=_aws_env(tmp_path, AWS_ACCESS_KEY_ID="AKIASHIPPERTEST00001",
+                                          AWS_SECRET_ACCESS_KEY=AWS_SECRET))
+    d2.wait_ready()
+    t0 = time.monotonic()
+    write_lines(logs / "app.log", range(150, 200))
+    _arrive(es, "logs-*", 200, t0, d2.tail)
+    es.assert_exactly_once(range(200), index="logs-*")
+    assert fault_proxy.sigv4_refused == [] and set(fault_proxy.sigv4_keys) == {"AKIASHIPPERTEST00001"}
+    check = d2.cli("check")
+    assert check.returncode == 0 and "ok (opensearch" in check.stdout, check.stdout + check.stderr
+    for out in (d.output(), d2.output(), check.stdout, check.stderr):
+        assert AWS_SECRET not in out and AWS_SECRET[:-1] not in out
+
+
+def test_sigv4_with_a_profile_of_the_shared_credentials_file(
+        tmp_path: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
+    logs = _logs(tmp_path)
+    _static_key_front(fault_proxy, "AKIASHIPPERPROFILE01")
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = AKIAWRONGDEFAULT0001\naws_secret_access_key = nope\n\n"
+                     f"[shipper]\naws_access_key_id = AKIASHIPPERPROFILE01\naws_secret_access_key = {AWS_SECRET}\n")
+    cfg = _sigv4_config(tmp_path, fault_proxy.url, logs)
+    d = daemon_factory(cfg, env=_aws_env(tmp_path, AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_PROFILE="shipper"))
+    d.wait_ready()
+    t0 = time.monotonic()
+    write_lines(logs / "app.log", range(300))
+    _arrive(es, "logs-*", 300, t0, d.tail)
+    es.assert_exactly_once(range(300), index="logs-*")
+    assert fault_proxy.sigv4_refused == [] and set(fault_proxy.sigv4_keys) == {"AKIASHIPPERPROFILE01"}
+    assert AWS_SECRET not in d.output()
+
+
+def test_sigv4_with_web_identity_irsa_refreshed_while_shipping(
+        tmp_path: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
+    logs = _logs(tmp_path)
+    authority = CredentialAuthority(lifetime_s=4.0, grace_s=5.0)
+    role = "arn:aws:iam::123456789012:role/shipper"
+    token_file = tmp_path / "token"
+    token_file.write_text("eyJhbGciOiJSUzI1NiJ9.service-account-token.sig")
+    fault_proxy.require_sigv4(authority.lookup, REGION, "es")
+    with FakeSts(authority, role, token_file.read_text()) as sts:
+        cfg = _sigv4_config(tmp_path, fault_proxy.url, logs)
+        d = daemon_factory(cfg, env=_aws_env(tmp_path, AWS_WEB_IDENTITY_TOKEN_FILE=str(token_file), AWS_ROLE_ARN=role,
+                                             AWS_ROLE_SESSION_NAME="shipper", AWS_ENDPOINT_URL_STS=sts.url,
+                                             AWS_REGION=REGION))
+        d.wait_ready()
+        written = _ship_while_credentials_turn_over(d, es, logs, authority, "logs-*")
+        assert sts.calls >= 3
+    es.assert_exactly_once(written, index="logs-*")
+    assert fault_proxy.sigv4_refused == [], fault_proxy.sigv4_refused        # none signed with an expired one
+    assert len(set(fault_proxy.sigv4_keys)) >= 3
+    assert d.alive, d.tail()
+
+
+def test_sigv4_with_ec2_instance_role_credentials_through_imdsv2(
+        tmp_path: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
+    logs = _logs(tmp_path)
+    authority = CredentialAuthority(lifetime_s=3600.0)
+    fault_proxy.require_sigv4(authority.lookup, REGION, "es")
+    with FakeImds(authority) as imds:
+        cfg = _sigv4_config(tmp_path, fault_proxy.url, logs)
+        env = _aws_env(tmp_path, AWS_EC2_METADATA_SERVICE_ENDPOINT=imds.url + "/")
+        del env["AWS_EC2_METADATA_DISABLED"]
+        d = daemon_factory(cfg, env=env)
+        d.wait_ready()
+        t0 = time.monotonic()
+        write_lines(logs / "app.log", range(400))
+        _arrive(es, "logs-*", 400, t0, d.tail)
+        assert imds.calls >= 1
+    es.assert_exactly_once(range(400), index="logs-*")
+    assert fault_proxy.sigv4_refused == [] and len(set(fault_proxy.sigv4_keys)) == 1
+    assert d.alive, d.tail()
+
+
+def test_serverless_aoss_with_container_credentials_refreshed_and_no_document_ids(
+        tmp_path: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
+    """OpenSearch Serverless, a time-series collection: `aoss` (x-amz-content-sha256 required),
+    `document_id: none`, credentials of the ECS task's (or EKS Pod Identity's) role, refreshed."""
+    logs = _logs(tmp_path)
+    authority = CredentialAuthority(lifetime_s=4.0, grace_s=5.0)
+    fault_proxy.require_sigv4(authority.lookup, REGION, "aoss")
+    items: list[BulkItem] = []
+    fault_proxy.item_failures(lambda item: items.append(item))
+    with FakeEcs(authority) as ecs:
+        cfg = _sigv4_config(tmp_path, fault_proxy.url, logs, service="aoss", document_id="none",
+                            index="app-logs", index_template="off")
+        d = daemon_factory(cfg, env=_aws_env(tmp_path, AWS_CONTAINER_CREDENTIALS_FULL_URI=ecs.url + "/v2/credentials/shipper",
+                                             AWS_CONTAINER_AUTHORIZATION_TOKEN=ecs.auth_token))
+        d.wait_ready()
+        written = _ship_while_credentials_turn_over(d, es, logs, authority, "app-logs")
+        assert ecs.calls >= 3
+        check = d.cli("check")
+    es.assert_exactly_once(written, index="app-logs")
+    assert all(item.id is None for item in items)
+    assert fault_proxy.sigv4_refused == [], fault_proxy.sigv4_refused
+    assert "document_id: none: delivery is at least once" in check.stdout, check.stdout
+    assert d.alive, d.tail()

@@ -241,9 +241,9 @@ class Daemon:
     # ------------------------------------------------------------------ process control
 
     def _env(self) -> dict[str, str]:
-        # a proxy in the test runner's environment would carry the daemon's loopback traffic:
-        # only a test's own `env` gives the daemon one
-        env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS}
+        # a proxy in the test runner's environment would carry the daemon's loopback traffic, and
+        # its AWS credentials would sign requests: only a test's own `env` gives the daemon either
+        env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS and not k.startswith("AWS_")}
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env.update(self.env)

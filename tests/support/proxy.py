@@ -29,6 +29,8 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from tests.support import sigv4
+
 # Headers that belong to one hop, or that aiohttp recomputes for the forwarded request.
 _HOP = frozenset(
     h.lower()
@@ -169,6 +171,7 @@ class FaultProxy:
         self._reset_left = 0
         self._hang_left = 0
         self._hang_forward = False
+        self._sigv4: tuple[Callable[[str], Any], str, str] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -344,6 +347,15 @@ class FaultProxy:
         """Answer 413 to a request whose body on the wire (compressed, if it is) exceeds `nbytes`."""
         with self._lock:
             self._max_body = nbytes
+
+    def require_sigv4(self, lookup: Callable[[str], Any] | None, region: str = "", service: str = "es") -> None:
+        """Answer 403 (as Amazon OpenSearch does) to a request whose AWS Signature Version 4 does not
+        verify (tests/support/sigv4.py, with `lookup` finding credentials by access key id);
+        x-amz-content-sha256 is required. None turns it off. `sigv4_refused`, `sigv4_keys` count."""
+        with self._lock:
+            self._sigv4 = (lookup, region, service) if lookup is not None else None
+            self.sigv4_refused: list[str] = []
+            self.sigv4_keys: list[str] = []
 
     def require_basic_auth(self, user: str | None, password: str | None = None) -> None:
         """Answer 401 (with WWW-Authenticate) unless these Basic credentials are sent; None turns it off."""
@@ -529,6 +541,16 @@ class FaultProxy:
 
     def _decide(self, request: web.BaseRequest, body: bytes) -> web.Response | None:
         """Under the lock: the injected answer for this request, or None to go on."""
+        if self._sigv4 is not None:
+            lookup, region, service = self._sigv4
+            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers]
+            problem = sigv4.verify(request.method, request.raw_path, headers, body, lookup, region, service)
+            if problem is not None:
+                self.sigv4_refused.append(problem)
+                return web.Response(status=403, body=json.dumps({"message": problem}).encode(),
+                                    headers={"Content-Type": "application/json"})
+            auth = request.headers.get("Authorization", "")
+            self.sigv4_keys.append(auth.split("Credential=", 1)[1].split("/", 1)[0])
         if self._auth is not None and request.headers.get("Authorization") != self._auth:
             resp = self._error(401, body=error_body(401, reason=f"missing authentication credentials for REST request [{request.path}]"))
             resp.headers["WWW-Authenticate"] = 'Basic realm="security" charset="UTF-8"'

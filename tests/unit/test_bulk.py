@@ -181,3 +181,9 @@ def test_tally_reports_at_most_once_per_period_per_key_with_everything_since() -
     assert t.add("a", 4, 1059.9) == 0
     assert t.add("a", 1, 1060.0) == 7          # 2 + 4 + 1 since the last report
     assert t.add("a", 1, 1061.0) == 0
+
+
+def test_an_amazon_opensearch_message_is_the_reason() -> None:
+    answer = {"message": "The security token included in the request is expired"}
+    assert bulk.status_reason(403, answer) == "The security token included in the request is expired"
+    assert bulk.judge(403, answer, 3).reason == "The security token included in the request is expired"

@@ -47,6 +47,8 @@ metrics: {listen: null, health_down_after: 30s}
 clean_removed_after: 2h
 """,
     f"output: {{elasticsearch: {{cloud_id: '{_CLOUD_ID}', username: u, password: p}}}}\n",
+    "output: {elasticsearch: {url: 'https://search-logs.eu-west-1.es.amazonaws.com', "
+    "aws_sigv4: {region: eu-west-1, service: es}, proxy_url: 'http://proxy:3128', document_id: none}}\n",
 )
 
 
