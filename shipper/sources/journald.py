@@ -46,9 +46,11 @@ from shipper.sources.journal import (
 from shipper.sources.journald_probe import (
     JOURNALCTL,
     JournalCheck,
+    JournalDirRefused,
     check_journal,
     child_env,
     cursor_of,
+    journal_directory,
     read_head,
     read_head_sync,
 )
@@ -254,13 +256,18 @@ class JournalReader:
                 self.start_position = resume
         self._started = True
         self._expect = resume
-        argv = follow_argv(self.cfg.executable, self.cfg.directory, self.cfg.units,
-                           None if resume is None else resume.text, "beginning", self.cfg.output_fields)
+        def argv_at(directory: str | None) -> list[str]:
+            return follow_argv(self.cfg.executable, directory, self.cfg.units,
+                               None if resume is None else resume.text, "beginning", self.cfg.output_fields)
+
+        argv = argv_at(self.cfg.directory)          # as logged: the directory as configured
         self._splitter = LineSplitter(self.cfg.max_entry_bytes)   # a new child: no partial line
         self._stderr = deque()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
+            with journal_directory(self.cfg.directory) as (where, fds):
+                proc = await asyncio.create_subprocess_exec(
+                    *argv_at(where), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    env=child_env(), pass_fds=fds)
         except OSError as e:
             self._schedule_restart(None, "failed", str(e))
             return
@@ -329,9 +336,13 @@ class JournalReader:
 
     async def _first_at(self, cursor: Cursor) -> Cursor | None:
         """The first entry at or after `cursor` in the unfiltered journal (None: none)."""
-        argv = probe_argv(self.cfg.executable, self.cfg.directory, cursor.text)
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
+        try:
+            with journal_directory(self.cfg.directory) as (where, fds):
+                proc = await asyncio.create_subprocess_exec(
+                    *probe_argv(self.cfg.executable, where, cursor.text), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env(), pass_fds=fds)
+        except JournalDirRefused:
+            return None
         try:
             assert proc.stdout is not None
             try:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import orjson
@@ -21,6 +22,7 @@ from shipper.sources.journal_cursor import (
     is_partial_view,
     parse_cursor,
 )
+from shipper.tail import opening
 
 JOURNALCTL = "journalctl"
 
@@ -47,6 +49,31 @@ def cursor_of(line: bytes) -> Cursor | None:
     return parse_cursor(raw) if isinstance(raw, str) else None
 
 
+class JournalDirRefused(OSError):
+    """The configured journal directory is not one shipper reads (not a directory; on /proc, /sys, /dev)."""
+
+
+@contextmanager
+def journal_directory(directory: str | None) -> Iterator[tuple[str | None, tuple[int, ...]]]:
+    """The journal directory for one journalctl child, opened and judged first (`tail/opening.py`):
+    (the path to give journalctl, the fds the child must inherit). The child reads the very
+    directory judged, as /proc/self/fd/N, whatever is renamed over its path meanwhile; one that
+    cannot be opened is named as it is (journalctl says what is wrong). Raises JournalDirRefused."""
+    if directory is None:
+        yield None, ()
+        return
+    got = opening.open_directory(directory)
+    if isinstance(got, opening.Refused):
+        raise JournalDirRefused(f"{directory}: not read: {got.reason}")
+    if got is None:
+        yield directory, ()
+        return
+    try:
+        yield f"/proc/self/fd/{got}", (got,)
+    finally:
+        os.close(got)
+
+
 def last_cursor(out: bytes) -> Cursor | None:
     lines = out.strip().splitlines()
     return cursor_of(lines[-1]) if lines else None
@@ -54,9 +81,13 @@ def last_cursor(out: bytes) -> Cursor | None:
 
 async def read_head(executable: str, directory: str | None, units: Sequence[str]) -> Cursor | None:
     """The newest entry matching `units` in the journal (None: none, or unreadable)."""
-    proc = await asyncio.create_subprocess_exec(
-        *head_argv(executable, directory, units), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, env=child_env())
+    try:
+        with journal_directory(directory) as (where, fds):
+            proc = await asyncio.create_subprocess_exec(
+                *head_argv(executable, where, units), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, env=child_env(), pass_fds=fds)
+    except JournalDirRefused:
+        return None
     try:
         out, _ = await proc.communicate()
     except asyncio.CancelledError:
@@ -71,8 +102,9 @@ def read_head_sync(executable: str, directory: str | None, units: Sequence[str],
                    timeout_s: float = 10.0) -> Cursor | None:
     """`read_head` for commands without a loop (`shipper status`)."""
     try:
-        done = subprocess.run(head_argv(executable, directory, units), stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=timeout_s, env=child_env(), check=False)
+        with journal_directory(directory) as (where, fds):
+            done = subprocess.run(head_argv(executable, where, units), stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=timeout_s, env=child_env(), check=False, pass_fds=fds)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return last_cursor(done.stdout)
@@ -97,10 +129,12 @@ def check_journal(directory: str | None, units: Sequence[str], executable: str =
     lines within `timeout_s` (then counts what it got)."""
     if directory is not None and not os.path.isdir(directory):
         return JournalCheck(False, 0, False, f"{directory}: no such directory")
-    argv = count_argv(executable, directory, units, max_entries)
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=child_env())
+        with journal_directory(directory) as (where, fds):
+            proc = subprocess.Popen(count_argv(executable, where, units, max_entries), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), pass_fds=fds)
+    except JournalDirRefused as e:
+        return JournalCheck(False, 0, False, str(e))
     except OSError as e:
         return JournalCheck(False, 0, False, f"{executable}: {e.strerror or e}")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -17,11 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shipper.sources.journald_probe import JournalDirRefused, check_journal, child_env, journal_directory
 from shipper.tail import identity, look, opening
 from shipper.tail.harvester import Harvester
 from shipper.tail.lines import LineSplitter
 from shipper.tail.opening import Refused, Rule
 from shipper.tail.scan import MAX_DEPTH, Scanner
+from tests.support.journal import Journal, journal_remote
 from tests.support.pipeline_rig import Rig, RigFactory
 
 NOBODY = 65534
@@ -481,3 +484,26 @@ async def test_a_compressed_copy_of_roots_is_read_after_a_restart(make_rig: RigF
     os.truncate(app, 0)
     await rig.settle()
     assert sorted(rig.messages()) == ["a1", "a2", "b2 unread before the rotation"]
+
+
+# ---------------------------------------------------------------- the journal directory
+
+def test_journalctl_reads_the_journal_directory_that_was_judged(tmp_path: Path) -> None:
+    """The directory is opened and judged, and journalctl gets that very directory (its fd): what
+    is renamed over the path meanwhile is not what it reads. One on /proc is not read at all."""
+    if journal_remote() is None:
+        pytest.skip("systemd-journal-remote is not installed")
+    judged = tmp_path / "journal"
+    Journal(judged).append("from the judged directory")
+    with journal_directory(str(judged)) as (where, fds):
+        assert where is not None and where.startswith("/proc/self/fd/") and len(fds) == 1
+        judged.rename(tmp_path / "moved")
+        Journal(judged).append("from what was renamed over it")
+        out = subprocess.run(["journalctl", "-D", where, "--output=cat", "--all"], pass_fds=fds, env=child_env(),
+                             capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["from the judged directory"]
+    link("/proc/self", tmp_path / "proc-journal")
+    with pytest.raises(JournalDirRefused), journal_directory(str(tmp_path / "proc-journal")):
+        pass
+    c = check_journal(str(tmp_path / "proc-journal"), [])
+    assert not c.is_readable and c.detail.endswith("not read: on /proc, /sys or /dev")
