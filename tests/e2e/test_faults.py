@@ -22,6 +22,7 @@ import pytest
 from shipper.spool.headroom import RESERVE_FILE
 from tests.support.daemon import Daemon, write_config
 from tests.support.es import ES
+from tests.support.promptness import Timeline
 from tests.support.proxy import FaultProxy
 from tests.support.wait import wait_until
 from tests.support.writer import append_bytes, pino_line, write_lines
@@ -258,7 +259,8 @@ def test_dlq_replay_while_the_daemon_runs_delivers_after_the_cause_is_fixed(tmp_
 
 
 def test_two_hosts_with_one_down_costs_nothing(tmp_path, es, fault_proxy, osmem_clone, daemon_factory):
-    with FaultProxy(osmem_clone.url) as second:
+    # one host of two down is no outage: every line is still due within the bound
+    with FaultProxy(osmem_clone.url, reports_outages=False) as second:
         second.down()
         app, d = _setup(tmp_path, [second.url, fault_proxy.url], daemon_factory, {"bulk_max_events": 100})
         t0 = time.monotonic()
@@ -278,10 +280,11 @@ def test_two_hosts_with_one_down_costs_nothing(tmp_path, es, fault_proxy, osmem_
 
 class BulkSink:
     """A fast in-test Elasticsearch stand-in for volume (osmem indexes ~200 docs/s of 3 KB): it
-    answers `_bulk` with `create` semantics (201, or 409 for an `_id` it has) and remembers each
-    document's `seq` by `_id`. Stdlib HTTP server on its own threads; loopback only."""
+    answers `_bulk` with `create` semantics (201, or 409 for an `_id` it has), remembers each
+    document's `seq` by `_id`, and stamps each creation on the test's promptness timeline (as the
+    recording proxy does in front of osmem). Stdlib HTTP server on its own threads; loopback only."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeline: Timeline) -> None:
         import http.server
         import threading
         sink = self
@@ -306,11 +309,13 @@ class BulkSink:
                 self._answer(200, {"version": {"number": "8.0.0-sink"}})
 
             def do_POST(self) -> None:
+                sent = timeline.bulk_sent()
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 if self.headers.get("Content-Encoding") == "gzip":
                     raw = gzip.decompress(raw)
                 lines = raw.split(b"\n")
                 items = []
+                created = []
                 with sink.lock:
                     for i in range(0, len(lines) - 1, 2):
                         doc_id = json.loads(lines[i])["create"]["_id"]
@@ -318,6 +323,9 @@ class BulkSink:
                         status = 409 if doc_id in sink.docs else 201
                         sink.docs.setdefault(doc_id, seq)
                         items.append({"create": {"status": status}})
+                        if status == 201:
+                            created.append(doc_id)
+                timeline.acked(created, sent, announced=True)
                 self._answer(200, {"errors": any(it["create"]["status"] != 201 for it in items), "items": items})
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -330,10 +338,13 @@ class BulkSink:
         with self.lock:
             return len(self.docs)
 
-    def assert_exactly_once(self, seqs: Any) -> None:
+    def assert_exactly_once(self, seqs: Any, timeline: Timeline) -> None:
+        """Each seq once, and each within the promptness bound (tests/support/promptness.py)."""
         with self.lock:
             got = sorted(self.docs.values())
+            hits = [{"_id": i, "_source": {"seq": s}} for i, s in self.docs.items()]
         assert got == sorted(seqs), f"{len(got)} documents, {len(set(got))} distinct seqs"
+        timeline.assert_prompt(hits)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -342,21 +353,22 @@ class BulkSink:
 
 
 @pytest.mark.slow
-def test_backpressure_queue_full_pauses_reading_state_dir_small_rss_flat(tmp_path, daemon_factory, record_property):
+def test_backpressure_queue_full_pauses_reading_state_dir_small_rss_flat(tmp_path, daemon_factory, record_property,
+                                                                          timeline):
     """1 MiB queue, output down, ~30 MB written: reading pauses, the spool stays small, RSS flat;
     then everything is delivered. The destination is BulkSink behind the FaultProxy, not osmem,
     which would need minutes to index 30 MB."""
-    sink = BulkSink()
+    sink = BulkSink(timeline)
     proxy = FaultProxy(sink.url).start()
     try:
-        _backpressure(tmp_path, daemon_factory, record_property, sink, proxy)
+        _backpressure(tmp_path, daemon_factory, record_property, sink, proxy, timeline)
     finally:
         proxy.stop()
         sink.close()
 
 
 def _backpressure(tmp_path: Path, daemon_factory: Any, record_property: Any, sink: BulkSink,
-                  fault_proxy: FaultProxy) -> None:
+                  fault_proxy: FaultProxy, timeline: Timeline) -> None:
     fault_proxy.down()
     # bodies under 1 MiB: the proxy (aiohttp) refuses to forward larger raw bodies under filterwarnings=error
     app, d = _setup(tmp_path, fault_proxy.url, daemon_factory, {"bulk_max_events": 500, "bulk_max_bytes": "512KiB"},
@@ -395,7 +407,7 @@ def _backpressure(tmp_path: Path, daemon_factory: Any, record_property: Any, sin
     wait_until(lambda: sink.count() >= n_lines, lambda: f"{n_lines} documents in the sink (have {sink.count()})",
                timeout_s=60)
     print(f"backpressure: {n_lines} delivered {time.monotonic() - t_up:.1f}s after the output came back")
-    sink.assert_exactly_once(range(n_lines))
+    sink.assert_exactly_once(range(n_lines), timeline)
     assert d.alive
     assert d.cli("status", "--json", check=True)
 

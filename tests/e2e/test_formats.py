@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.support import promptness
 from tests.support.daemon import Daemon, write_config
 from tests.support.es import ES
+from tests.support.promptness import Timeline
+from tests.support.proxy import RecordingProxy
 from tests.support.wait import wait_until
 
 NGINX = [
@@ -56,7 +59,11 @@ def _write(path: Path, lines: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def shipped(osmem_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ES]:
+    """Every format's documents, each arrived within the promptness bound of the start (its own
+    timeline and recording proxy: a module fixture outlives the per-test ones)."""
     clone = osmem_server.clone()
+    tl = Timeline()
+    rec = RecordingProxy(clone.url, tl).start()
     tmp = tmp_path_factory.mktemp("formats")
     files = {
         "nginx": NGINX, "apache": APACHE, "syslog": SYSLOG, "java": JAVA,
@@ -64,6 +71,7 @@ def shipped(osmem_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     }
     for name, lines in files.items():
         _write(tmp / name / f"{name}.log", lines)
+    written_at = tl.now()
     inputs = [
         {"paths": [str(tmp / "nginx/*.log")], "format": "regex", "pattern": "nginx", "index": "f-nginx"},
         {"paths": [str(tmp / "apache/*.log")], "format": "regex", "pattern": "apache", "index": "f-apache"},
@@ -78,24 +86,27 @@ def shipped(osmem_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
         {"paths": [str(tmp / "custom/*.log")], "format": "regex", "index": "f-custom",
          "pattern": r"^ts=(?P<timestamp>\S+) lvl=(?P<log__level>\w+) user=(?P<user__id>\d+) msg=(?P<message>.*)$"},
     ]
-    cfg = write_config(tmp, es_url=clone.url, paths=[str(tmp / "none/*.log")])
+    cfg = write_config(tmp, es_url=rec.url, paths=[str(tmp / "none/*.log")])
     import yaml
 
     data = yaml.safe_load(cfg.read_text())
     data["inputs"] = [dict(i, scan_interval="500ms") for i in inputs]
     cfg.write_text(yaml.safe_dump(data))
     d = Daemon(cfg)
-    es = ES(clone.url)
+    es = ES(rec.url, timeline=tl)
     try:
-        d.start()
-        d.wait_ready()
-        expected = len(NGINX) + len(APACHE) + len(SYSLOG) + 2 + len(PINO) + 2 + len(CUSTOM)
-        wait_until(lambda: es.count() >= expected, f"{expected} documents across the format indices", timeout_s=30)
-        assert d.terminate() == 0
+        with promptness.active(tl):
+            d.start()
+            d.wait_ready()
+            expected = len(NGINX) + len(APACHE) + len(SYSLOG) + 2 + len(PINO) + 2 + len(CUSTOM)
+            wait_until(lambda: es.count() >= expected, f"{expected} documents across the format indices", timeout_s=30)
+            es.assert_prompt(es.all_docs(), key_fn=lambda h: h["_id"], written=lambda h: written_at)
+            assert d.terminate() == 0
         yield es
     finally:
         if d.alive:
             d.kill9()
+        rec.stop()
         clone.close()
 
 
@@ -193,7 +204,8 @@ def test_user_regex_with_timestamp_and_dotted_groups(shipped: ES) -> None:
     assert a["message"] == "disk almost full"
 
 
-def test_multiline_event_survives_kill9_without_split_or_duplicate(tmp_path: Path, es: ES, daemon_factory: Any) -> None:
+def test_multiline_event_survives_kill9_without_split_or_duplicate(tmp_path: Path, es: ES, daemon_factory: Any,
+                                                                   timeline: Timeline) -> None:
     """The checkpoint of a held multiline event is its first line: a kill -9 mid-event re-reads it whole."""
     log = tmp_path / "logs" / "py.log"
     head = ["2026-11-30 12:00:00,001 ERROR boom", "Traceback (most recent call last):",
@@ -207,6 +219,7 @@ def test_multiline_event_survives_kill9_without_split_or_duplicate(tmp_path: Pat
     d.kill9()
     with open(log, "a") as f:
         f.write("ValueError: bad\n2026-11-30 12:00:02,000 INFO next\n")
+    completed_at = timeline.now()        # the next record's first line completes the traceback
     d.restart()
     wait_until(lambda: es.count() >= 1, "the traceback document")
     d.send(signal.SIGTERM)   # flushes nothing held: the last event stays for the next run
@@ -214,3 +227,4 @@ def test_multiline_event_survives_kill9_without_split_or_duplicate(tmp_path: Pat
     docs = _docs(es, "*")
     assert [doc["message"] for doc in docs] == ["\n".join(head + ["ValueError: bad"])]
     assert docs[0]["log"]["offset"] == 0
+    es.assert_prompt(es.all_docs(), key_fn=lambda h: h["_id"], written=lambda h: completed_at)

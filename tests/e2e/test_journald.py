@@ -25,6 +25,7 @@ from shipper.sources.journal import journal_key, parse_cursor
 from tests.support.daemon import Daemon, write_config
 from tests.support.es import ES
 from tests.support.journal import Journal, journal_remote
+from tests.support.promptness import Timeline
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.slow,
@@ -354,13 +355,14 @@ def test_only_the_configured_units_are_shipped(tmp_path: Path, es: ES, osmem_clo
 # ---------------------------------------------------------------- pino MESSAGE = the file's document
 
 def test_a_pino_message_gives_the_same_document_as_the_same_line_in_a_file(
-        tmp_path: Path, es: ES, osmem_clone: Any, daemon_factory: Any) -> None:
+        tmp_path: Path, es: ES, osmem_clone: Any, daemon_factory: Any, timeline: Timeline) -> None:
     line = pino(1, "hello", req={"method": "GET", "url": "/x"}, responseTime=12)
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "app.log").write_text(line + "\n")
     j = Journal(tmp_path / "journal")
     j.append(j.entry(line, unit="node.service", pid=31337, priority=6, hostname="node-1"))
+    written_at = timeline.now()             # both before the start: they count from it
     file_input = {"paths": [str(logs / "*.log")], "scan_interval": "500ms"}
     d = daemon_factory(config(tmp_path, osmem_clone.url, j, more_inputs=[file_input]))
     d.wait_ready()
@@ -368,6 +370,7 @@ def test_a_pino_message_gives_the_same_document_as_the_same_line_in_a_file(
     docs = es.all_docs(INDEX)
     (from_file,) = [h["_source"] for h in docs if "file" in h["_source"]["log"]]
     (from_journal,) = [h["_source"] for h in docs if "systemd" in h["_source"]]
+    es.assert_prompt(docs, key_fn=lambda h: h["_id"], written=lambda h: written_at)
     expected = dict(from_file)
     expected["log"] = {k: v for k, v in from_file["log"].items() if k not in ("file", "offset")}
     expected["log"]["syslog"] = {"priority": 6}
@@ -380,7 +383,8 @@ def test_a_pino_message_gives_the_same_document_as_the_same_line_in_a_file(
 
 # ---------------------------------------------------------------- binary and oversized fields
 
-def test_binary_and_oversized_fields(tmp_path: Path, es: ES, osmem_clone: Any, daemon_factory: Any) -> None:
+def test_binary_and_oversized_fields(tmp_path: Path, es: ES, osmem_clone: Any, daemon_factory: Any,
+                                    timeline: Timeline) -> None:
     j = Journal(tmp_path / "journal")
     big = "b" * (64 * 1024)                                 # over 4 KiB: null without --all
     too_big = "t" * (300 * 1024)                            # over max_line_bytes: cut and flagged
@@ -393,11 +397,14 @@ def test_binary_and_oversized_fields(tmp_path: Path, es: ES, osmem_clone: Any, d
         ("after", j.entry("after")),
     ]
     j.append(*[e for _, e in sent])
+    written_at = timeline.now()
     d = daemon_factory(config(tmp_path, osmem_clone.url, j, input_extra={"max_line_bytes": "256KiB"}))
     d.wait_ready()
     wait_count(es, len(sent), d)
     cursors = [e["__CURSOR"] for e in j.read()]
-    by_id = {h["_id"]: h["_source"] for h in es.all_docs(INDEX)}
+    hits = es.all_docs(INDEX)
+    es.assert_prompt(hits, key_fn=lambda h: h["_id"], written=lambda h: written_at)
+    by_id = {h["_id"]: h["_source"] for h in hits}
     assert len(by_id) == len(sent)
     docs = {name: by_id[id_of(c)] for (name, _), c in zip(sent, cursors)}
     assert docs["binary"]["message"].startswith("bin ") and docs["binary"]["message"].endswith(" tail")

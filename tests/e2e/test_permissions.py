@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import promptness
 from tests.support.daemon import REPO_ROOT, write_config
 from tests.support.es import ES
+from tests.support.promptness import Timeline
 from tests.support.wait import wait_until
 from tests.support.writer import write_lines
 
@@ -23,7 +25,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is 
                                 reason="needs root and setpriv to run the daemon as another user")
 
 
-def test_unreadable_file_is_reported_once_and_shipped_when_readable(open_tmp: Path, es: ES) -> None:
+def test_unreadable_file_is_reported_once_and_shipped_when_readable(open_tmp: Path, es: ES,
+                                                                   timeline: Timeline) -> None:
     tmp_path = open_tmp
     logs = tmp_path / "logs"
     logs.mkdir(mode=0o755)
@@ -43,13 +46,17 @@ def test_unreadable_file_is_reported_once_and_shipped_when_readable(open_tmp: Pa
         proc = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
                                  sys.executable, "-m", "shipper", "run", "-c", str(cfg)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd="/")
+    promptness.note_serving(proc, True)       # the lines written before count from the start
     try:
         wait_until(lambda: es.count() >= 20 or proc.poll() is not None, "the readable file's 20 lines")
         assert proc.poll() is None, out_path.read_text()
         wait_until(lambda: "permission denied" in out_path.read_text(), "the permission warning")
         os.chmod(logs / "private.log", 0o644)
+        readable_at = timeline.now()          # the private lines are due from here
         wait_until(lambda: es.count() >= 40, "the private file, shipped once it became readable", timeout_s=20)
-        es.assert_exactly_once(list(range(0, 20)) + list(range(100, 120)))
+        es.assert_exactly_once(list(range(0, 20)) + list(range(100, 120)),
+                               written={**{s: timeline.written[s] for s in range(20)},
+                                        **dict.fromkeys(range(100, 120), readable_at)})
         assert out_path.read_text().count("permission denied") == 1
         assert proc.poll() is None
     finally:

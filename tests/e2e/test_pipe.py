@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import promptness
 from tests.support.daemon import REPO_ROOT, write_config
 from tests.support.es import ES
 from tests.support.proxy import FaultProxy
@@ -38,8 +39,27 @@ def _env(tmp_path: Path, extra: Mapping[str, str] | None = None) -> dict[str, st
 
 
 def _pipe(tmp_path: Path, *args: str, stdin: Any = subprocess.PIPE) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "shipper", "pipe", *args], stdin=stdin,
+    proc = subprocess.Popen([sys.executable, "-m", "shipper", "pipe", *args], stdin=stdin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp_path), cwd=tmp_path)
+    promptness.note_serving(proc, True)     # lines wait only while a pipe (or a daemon) runs
+    return proc
+
+
+def _finish(proc: subprocess.Popen[bytes], data: bytes | None = None, timeout: float = 60) -> tuple[bytes, bytes]:
+    """Feed `data` (its lines count as written now, before the pipe has read them) and close stdin."""
+    if data is not None:
+        promptness.note_written(data)
+    try:
+        return proc.communicate(data, timeout=timeout)
+    finally:
+        promptness.note_serving(proc, False)
+
+
+def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(data)
+    proc.stdin.flush()
+    promptness.note_written(data)
 
 
 def _lines(seqs: range) -> bytes:
@@ -49,7 +69,7 @@ def _lines(seqs: range) -> bytes:
 def test_pipe_delivers_20000_lines_and_exits_0(tmp_path: Path, es: ES) -> None:
     n = 20_000
     proc = _pipe(tmp_path, "--url", es.url, "--index", INDEX)
-    out, err = proc.communicate(_lines(range(n)), timeout=90)
+    out, err = _finish(proc, _lines(range(n)), timeout=90)
     assert proc.returncode == 0, err.decode()[-3000:]
     docs = es.assert_exactly_once(range(n), index=INDEX + "*")
     assert {d["_source"]["log"]["file"]["path"] for d in docs} == {"-"}
@@ -65,12 +85,14 @@ def test_pipe_delivers_20000_lines_and_exits_0(tmp_path: Path, es: ES) -> None:
 
 def test_pipe_from_a_regular_file_reports_progress_in_status(tmp_path: Path, es: ES) -> None:
     src = tmp_path / "input.log"
-    src.write_bytes(_lines(range(3000)) + b'{"seq": 3000, "msg": "no trailing newline"}')
+    data = _lines(range(3000)) + b'{"seq": 3000, "msg": "no trailing newline"}'
+    src.write_bytes(data)
+    promptness.note_written(data)
     cfg = write_config(tmp_path, es_url=es.url, paths=tmp_path / "nothing" / "*.log",
                        extra_yaml={"output": {"elasticsearch": {"index": INDEX}}})
     with open(src, "rb") as f:
         proc = _pipe(tmp_path, "-c", str(cfg), stdin=f)
-        _out, err = proc.communicate(timeout=60)
+        _out, err = _finish(proc)
     assert proc.returncode == 0, err.decode()[-3000:]
     es.assert_exactly_once(range(3001), index=INDEX + "*")
     status = subprocess.run([sys.executable, "-m", "shipper", "status", "-c", str(cfg), "--json"],
@@ -92,7 +114,7 @@ def test_pipe_from_a_regular_file_reports_progress_in_status(tmp_path: Path, es:
 ])
 def test_pipe_usage_errors_exit_2(tmp_path: Path, args: list[str], names: str) -> None:
     proc = _pipe(tmp_path, *args, stdin=subprocess.DEVNULL)
-    _out, err = proc.communicate(timeout=30)
+    _out, err = _finish(proc, timeout=30)
     assert proc.returncode == 2, err.decode()
     assert names in err.decode()
     assert not (tmp_path / "xdg" / "shipper" / "pipe").exists(), "a usage error must not create state"
@@ -102,13 +124,11 @@ def test_pipe_destination_down_exits_1_and_run_delivers_the_rest_once(
         tmp_path: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
     state = tmp_path / "pipe-state"
     proc = _pipe(tmp_path, "--url", fault_proxy.url, "--index", INDEX, "--state-dir", str(state), "--timeout", "1s")
-    assert proc.stdin is not None
-    proc.stdin.write(_lines(range(1000)))
-    proc.stdin.flush()
+    _feed(proc, _lines(range(1000)))
     wait_until(lambda: es.count(INDEX + "*") >= 1000, "the first 1000 piped lines in osmem", timeout_s=20)
     fault_proxy.down()
-    proc.stdin.write(_lines(range(1000, 2000)))
-    _out, err = proc.communicate(timeout=60)         # closes stdin
+    _feed(proc, _lines(range(1000, 2000)))
+    _out, err = _finish(proc)                        # closes stdin
     text = err.decode()
     assert proc.returncode == 1, text[-3000:]
     assert "stay queued in " + str(state) in text and "shipper run -c CONFIG" in text

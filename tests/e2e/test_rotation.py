@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import promptness
 from tests.support.daemon import Daemon, write_config
 from tests.support.es import ES
 from tests.support.rotate import logrotate_conf, rotate_rename, run_logrotate
@@ -171,7 +172,9 @@ def test_inode_reuse_while_stopped(tmp_path: Path, es: ES, osmem_clone: Any, dae
     wait_count(es, 400, d)
     assert d.terminate() == 0
     ino, size = log.stat().st_ino, log.stat().st_size
-    log.write_bytes(b"".join(pino_line(s) for s in range(2000, 2400)))      # O_TRUNC: same inode
+    data = b"".join(pino_line(s) for s in range(2000, 2400))
+    log.write_bytes(data)                                                   # O_TRUNC: same inode
+    promptness.note_written(data)
     assert log.stat().st_ino == ino and log.stat().st_size > size
     d.start().wait_ready()
     finish(es, d, [*range(0, 100), *range(1000, 1300), *range(2000, 2400)])

@@ -113,6 +113,7 @@ def test_a_spool_damaged_while_stopped_exits_3_then_repair_and_a_start_that_ship
     docs = es.all_docs()
     seen = [h["_source"]["seq"] for h in docs]
     assert len(seen) == len(set(seen)), "a line indexed twice"
+    es.assert_prompt(docs)
     missing = set(range(2300)) - set(seen)
     assert missing <= maybe_lost, f"lines missing that repair did not name: {sorted(missing - maybe_lost)[:10]}"
     assert missing, "the garbage cost nothing? then the test did not damage a record"
@@ -143,8 +144,10 @@ def test_a_record_that_turns_to_garbage_is_quarantined_and_the_rest_delivered(
     offsets = _offsets(app)
     # the range is the commit's (every batch of a commit carries its covers): lines to look at
     held = {s for s in range(800) if r["from"] <= offsets[s] < r["to"]}
-    seen = [h["_source"]["seq"] for h in es.all_docs()]
+    docs = es.all_docs()
+    seen = [h["_source"]["seq"] for h in docs]
     assert len(seen) == len(set(seen)), "a line indexed twice"
+    es.assert_prompt(docs)
     missing = set(range(800)) - set(seen)
     assert missing and missing <= held and len(missing) <= 40, (sorted(missing), r)
     assert d.alive

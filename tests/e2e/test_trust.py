@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import promptness
 from tests.support.daemon import REPO_ROOT, Daemon, write_config
 from tests.support.es import ES
 from tests.support.wait import wait_until
@@ -146,6 +147,7 @@ def test_the_rotated_copy_lookup_reads_no_link(open_tmp: Path, es: ES, daemon_fa
     t0 = time.monotonic()
     with open(app, "ab") as f:
         f.write(b"".join(pino_line(s) for s in range(0, 10)))
+    promptness.note_written(b"".join(pino_line(s) for s in range(0, 10)))
     wait_until(lambda: es.count(PATTERN) >= 11, lambda: d.tail(30), timeout_s=BOUND_S)
     assert time.monotonic() - t0 < BOUND_S
     es.assert_exactly_once(list(range(0, 10)), index=PATTERN, allow_extra=True)
@@ -190,6 +192,7 @@ def test_a_fifo_renamed_over_a_rotated_name_blocks_nothing(open_tmp: Path, es: E
             t0 = time.monotonic()
             with open(app, "ab") as f:
                 f.write(b"".join(pino_line(s) for s in seqs))
+            promptness.note_written(b"".join(pino_line(s) for s in seqs))
             expected += seqs
             shipped_within(es, d, expected, t0)
             with open(app, "r+b") as f:
@@ -205,6 +208,7 @@ def test_a_fifo_renamed_over_a_rotated_name_blocks_nothing(open_tmp: Path, es: E
     t0 = time.monotonic()
     with open(app, "ab") as f:
         f.write(b"".join(pino_line(s) for s in range(5000, 5005)))
+    promptness.note_written(b"".join(pino_line(s) for s in range(5000, 5005)))
     expected += list(range(5000, 5005))
     shipped_within(es, d, expected, t0)
     d.send(signal.SIGTERM)
@@ -242,6 +246,7 @@ def test_holes_of_sparse_files_are_not_read(open_tmp: Path, es: ES, daemon_facto
     with open(logs / "tail.log", "wb") as f:
         f.write(pino_line(3))
         f.truncate(2 * 1024 ** 3)
+    promptness.note_written(pino_line(1) + pino_line(2) + pino_line(3))
     for p in ("holes.log", "tail.log"):
         os.chown(logs / p, NOBODY, NOBODY)
     d = start(open_tmp, es, daemon_factory, f"{logs}/*.log")
@@ -252,6 +257,7 @@ def test_holes_of_sparse_files_are_not_read(open_tmp: Path, es: ES, daemon_facto
         f.write(pino_line(4))
     with open(logs / "tail.log", "ab") as f:           # after the hole's end
         f.write(pino_line(5))
+    promptness.note_written(pino_line(4) + pino_line(5))
     shipped_within(es, d, [1, 2, 3, 4, 5], t1)
     read = _rchar(d.pid)
     assert read < 256 * 1024 * 1024, f"the daemon read {read} bytes for 5 lines"

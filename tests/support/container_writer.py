@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
+from tests.support import promptness
+
 DOCKER_PIECE = 16 * 1024
 CONTAINERD_MAX_LINE = 16 * 1024
 CONMON_BUF = 8 * 1024
@@ -217,6 +219,7 @@ class RuntimeLog:
     def write_records(self, records: Iterable[bytes]) -> None:
         for rec in records:
             os.write(self._fd, rec)
+            promptness.note_written(rec)
 
     def write_partial(self, record: bytes, upto: int) -> None:
         """Only the first `upto` bytes of a record: a write the reader catches half done."""

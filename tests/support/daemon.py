@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from tests.support import promptness
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9607"
 
@@ -208,6 +210,8 @@ def read_metrics_listen(config_path: str | os.PathLike[str]) -> str | None:
 
 
 _PROXY_VARS = frozenset(("http_proxy", "https_proxy", "no_proxy", "all_proxy"))
+# Signals after which the daemon reads no more lines (until a SIGCONT, or the next start).
+_STOPS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGSTOP})
 
 
 class Daemon:
@@ -215,7 +219,8 @@ class Daemon:
 
     Output (stdout and stderr, all runs) goes to `log_path` (default: beside the config).
     `env` entries are added to the current environment. Never leaves a process behind when
-    used through the `daemon_factory` fixture.
+    used through the `daemon_factory` fixture. Starts and stops are reported to the test's
+    promptness timeline (tests/support/promptness.py): lines wait while no daemon runs.
     """
 
     def __init__(
@@ -266,6 +271,7 @@ class Daemon:
                 env=self._env(),
                 start_new_session=True,
             )
+        promptness.note_serving(self, True)
         return self
 
     @property
@@ -284,12 +290,17 @@ class Daemon:
         if not self.alive:
             raise AssertionError(f"cannot send signal {sig}: daemon is not running\n{self.tail()}")
         assert self.proc is not None
+        if sig in _STOPS:
+            promptness.note_serving(self, False)
         self.proc.send_signal(sig)
+        if sig == signal.SIGCONT:
+            promptness.note_serving(self, True)
 
     def kill9(self) -> None:
         """SIGKILL the daemon's whole process group and reap it."""
         if self.proc is None or self.proc.poll() is not None:
             return
+        promptness.note_serving(self, False)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -300,7 +311,9 @@ class Daemon:
         """Wait for the process to exit by itself; returns its exit code."""
         assert self.proc is not None, "daemon never started"
         try:
-            return self.proc.wait(timeout_s)
+            code = self.proc.wait(timeout_s)
+            promptness.note_serving(self, False)
+            return code
         except subprocess.TimeoutExpired:
             raise AssertionError(f"daemon did not exit within {timeout_s}s\n{self.tail()}") from None
 
@@ -309,6 +322,7 @@ class Daemon:
         if self.proc is None:
             raise AssertionError("daemon never started")
         if self.proc.poll() is None:
+            promptness.note_serving(self, False)
             self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout_s)

@@ -15,6 +15,8 @@ import urllib.request
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
+from tests.support.promptness import DEFAULT_BOUND_S, Timeline
+
 
 class ESError(RuntimeError):
     def __init__(self, method: str, path: str, status: int, body: Any) -> None:
@@ -24,11 +26,16 @@ class ESError(RuntimeError):
 
 
 class ES:
-    """Sync client for `url` (e.g. an osmem clone). Reads refresh first unless told not to."""
+    """Sync client for `url` (e.g. an osmem clone). Reads refresh first unless told not to.
 
-    def __init__(self, url: str, timeout_s: float = 60.0) -> None:
+    With a promptness `timeline` (the e2e tests' `es`), `assert_exactly_once` also checks that
+    each expected line arrived within its bound (tests/support/promptness.py).
+    """
+
+    def __init__(self, url: str, timeout_s: float = 60.0, *, timeline: Timeline | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.timeline = timeline
 
     # ------------------------------------------------------------------ transport
 
@@ -192,11 +199,43 @@ class ES:
         *,
         index: str = "*",
         allow_extra: bool = False,
+        bound_s: float | None = DEFAULT_BOUND_S,
+        written: Mapping[Hashable, float] | Callable[[dict[str, Any]], float] | None = None,
     ) -> list[dict[str, Any]]:
-        """Every expected key is in exactly one document; returns the documents for more checks."""
+        """Every expected key is in exactly one document, and (with a timeline) each of those
+        arrived within `bound_s` of its write (`written`: see Timeline.assert_prompt); returns the
+        documents for more checks. `bound_s=None` skips promptness: only where the test says why."""
         docs = self.all_docs(index)
-        assert_exactly_once(docs, expected_keys, key_fn, allow_extra=allow_extra)
+        expected = list(expected_keys)
+        assert_exactly_once(docs, expected, key_fn, allow_extra=allow_extra)
+        if self.timeline is not None and bound_s is not None:
+            wanted = set(expected)
+            fn = key_fn or seq_key
+            mine = [d for d in docs if _key_or_none(fn, d) in wanted]
+            self.assert_prompt(mine, fn, bound_s=bound_s, written=written)
         return docs
+
+    def assert_prompt(
+        self,
+        docs: Iterable[dict[str, Any]],
+        key_fn: Callable[[dict[str, Any]], Hashable] | None = None,
+        *,
+        bound_s: float | None = DEFAULT_BOUND_S,
+        written: Mapping[Hashable, float] | Callable[[dict[str, Any]], float] | None = None,
+    ) -> None:
+        """Each of `docs` arrived within `bound_s` of its write (None: not checked, where the test
+        says why)."""
+        if self.timeline is None:
+            raise AssertionError("this ES client has no promptness timeline (tests/e2e/conftest.py's `es` has one)")
+        if bound_s is not None:
+            self.timeline.assert_prompt(docs, key_fn, bound_s=bound_s, written=written)
+
+
+def _key_or_none(key_fn: Callable[[dict[str, Any]], Hashable], doc: dict[str, Any]) -> Hashable:
+    try:
+        return key_fn(doc)
+    except (KeyError, TypeError, IndexError):
+        return None
 
 
 def seq_key(doc: dict[str, Any]) -> Hashable:

@@ -16,7 +16,8 @@ the entries to that file (creating it), and `journalctl -D DIR` reads them. What
   new_boot: a new _BOOT_ID (monotonic time restarts), as after a reboot
 Binary values (bytes that are not UTF-8, or with a newline or control character) use the
 export format's binary form: NAME, newline, little-endian 64-bit length, the bytes, newline.
-journal-remote (systemd 252) silently drops an entry without __REALTIME_TIMESTAMP when the stream
+Each run's entries are reported to the test's promptness timeline (by the pino `seq` in MESSAGE)
+once journal-remote has written them. journal-remote (systemd 252) silently drops an entry without __REALTIME_TIMESTAMP when the stream
 gave none before it, and after one gives it the previous entry's time: every entry gets its own.
 """
 
@@ -33,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support import promptness
 
 REMOTE_CANDIDATES = ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
 JOURNALCTL = "journalctl"
@@ -176,6 +179,7 @@ class Journal:
         err = done.stderr.decode("utf-8", "replace")
         if done.returncode != 0 or f"writing {len(batch)} entries" not in err:
             raise RuntimeError(f"systemd-journal-remote wrote less than asked ({len(batch)} entries): {err.strip()}")
+        promptness.note_written(data)
         out = []
         for e in batch:
             fields = {k: v for k, v in e if not k.startswith("ROTATE_PAD_")}

@@ -13,6 +13,7 @@ import base64
 import dataclasses
 import fnmatch
 import gzip
+import io
 import json
 import random
 import socket
@@ -21,7 +22,7 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Union
 
 import aiohttp
@@ -29,7 +30,8 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from tests.support import sigv4
+from tests.support import promptness, sigv4
+from tests.support.promptness import Timeline
 
 # Headers that belong to one hop, or that aiohttp recomputes for the forwarded request.
 _HOP = frozenset(
@@ -134,8 +136,9 @@ class FaultProxy:
     """
 
     def __init__(self, upstream_url: str, *, host: str = "127.0.0.1", port: int = 0,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, reports_outages: bool = True) -> None:
         self.upstream_url = upstream_url.rstrip("/")
+        self.reports_outages = reports_outages
         self.host = host
         self._port = port
         self._ssl_context = ssl_context       # set: it answers https (the test's certificates)
@@ -291,10 +294,17 @@ class FaultProxy:
 
     # ------------------------------------------------------------------ controls
 
+    def _outage(self, what: str, begins: bool) -> None:
+        # An outage SPEC allows lines to wait out: the promptness bound counts from its end. A
+        # proxy that is one of several hosts says `reports_outages=False`: the others must serve.
+        if self.reports_outages:
+            promptness.note_outage(f"{what} ({self.url})", begins)
+
     def down(self) -> None:
         """Refuse connections: close the listener and drop open connections (until `up()`)."""
         with self._lock:
             self._is_down = True
+        self._outage("destination down", True)
         self._call(self._unlisten())
 
     def up(self) -> None:
@@ -303,6 +313,7 @@ class FaultProxy:
             self._call(self._listen())
         with self._lock:
             self._is_down = False
+        self._outage("destination down", False)
 
     def stall(self, seconds: float) -> None:
         """Block the proxy's event loop for `seconds`, as a loaded machine does; returns once it is
@@ -418,10 +429,12 @@ class FaultProxy:
         """Answer every bulk item with 403 cluster_block_exception (a write-blocked index)."""
         with self._lock:
             self._blocked = flag
+        self._outage("index blocked", flag)
 
     def reset(self) -> None:
         """Turn every fault off and listen again if down (counters are kept)."""
         self.up()
+        self.blocked(False)
         with self._lock:
             self._reset_faults()
 
@@ -581,8 +594,10 @@ class FaultProxy:
         assert self._session is not None
         url = URL(self.upstream_url + path_qs, encoded=True)
         try:
+            # aiohttp warns (an error under filterwarnings) on a raw body over 1 MiB: a stream it is
+            data: bytes | io.BytesIO | None = (body if len(body) <= 1 << 20 else io.BytesIO(body)) if body else None
             async with self._session.request(
-                method, url, headers=headers, data=body if body else None, skip_auto_headers=skip, allow_redirects=False
+                method, url, headers=headers, data=data, skip_auto_headers=skip, allow_redirects=False
             ) as resp:
                 return resp.status, resp.headers, await resp.read()
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
@@ -716,4 +731,62 @@ def _split_bulk(raw: bytes) -> list[tuple[str, dict[str, Any], bytes, bytes | No
                 raise ValueError("bulk action without source")
             out.append((op, meta, lines[i], lines[i + 1]))
             i += 2
+    return out
+
+
+class RecordingProxy(FaultProxy):
+    """A FaultProxy without faults that notes, for every bulk item Elasticsearch created, when its
+    request came in and when the answer came back: the arrival the oracle measures. Answers are passed on as they
+    came (shipper's own `filter_path` included), so items are matched to the request's by position."""
+
+    def __init__(self, upstream_url: str, timeline: Timeline) -> None:
+        super().__init__(upstream_url, reports_outages=False)
+        self.timeline = timeline
+
+    async def _forward(self, request: web.BaseRequest, body: bytes) -> tuple[int, web.Response, bool]:
+        # shielded: a client that hangs up (a daemon killed mid-request) cancels the handler, but
+        # the documents the upstream creates all the same must still be noted
+        return await asyncio.shield(asyncio.ensure_future(self._forward_noted(request, body)))
+
+    async def _forward_noted(self, request: web.BaseRequest, body: bytes) -> tuple[int, web.Response, bool]:
+        bulk = request.method in ("POST", "PUT") and request.path.rstrip("/").endswith("/_bulk")
+        if not bulk:
+            return await super()._forward(request, body)
+        tl = self.timeline
+        sent = tl.bulk_sent()
+        ids: list[Hashable] = []
+        try:
+            status, resp, reached = await super()._forward(request, body)
+            if reached and status == 200:
+                answer = resp.body if isinstance(resp.body, bytes) else b""
+                ids = _created_ids(body, request.headers.get("Content-Encoding", ""), answer,
+                                   resp.headers.get("Content-Encoding", ""))
+        except BaseException:
+            tl.acked([], sent, announced=True)
+            raise
+        tl.acked(ids, sent, announced=True)
+        return status, resp, reached
+
+
+def _created_ids(body: bytes, body_encoding: str, answer: bytes, answer_encoding: str) -> list[Hashable]:
+    """The `_id` of each item the answer says was created; for an item sent without one
+    (`document_id: none`) whose answer does not name it either, `("seq", N)` from its source."""
+    try:
+        raw = gzip.decompress(body) if body_encoding.lower() == "gzip" else body
+        entries = _split_bulk(raw)
+        text = gzip.decompress(answer) if answer_encoding.lower() == "gzip" else answer
+        items = json.loads(text).get("items") or []
+    except (OSError, ValueError, EOFError, AttributeError):
+        return []
+    out: list[Hashable] = []
+    for (_op, meta, _line, src), item in zip(entries, items):
+        result = next(iter(item.values())) if isinstance(item, dict) and item else {}
+        status = result.get("status", 0) if isinstance(result, dict) else 0
+        if not 200 <= status < 300:
+            continue
+        doc_id = meta.get("_id") or (result.get("_id") if isinstance(result, dict) else None)
+        if doc_id:
+            out.append(str(doc_id))
+        elif src is not None:
+            out.extend(("seq", n) for n in promptness.seqs_in(src)[:1])
     return out

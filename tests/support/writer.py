@@ -1,7 +1,9 @@
 """Log writers for tests: realistic pino NDJSON lines, appended the way applications append.
 
 Every line carries `"seq": N` so an oracle can check that each written line is in
-Elasticsearch exactly once. Files are written with O_APPEND unless a test asks otherwise.
+Elasticsearch exactly once, and when each was written is reported to the test's promptness
+timeline (tests/support/promptness.py) once its bytes are written. Files are written with
+O_APPEND unless a test asks otherwise.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from tests.support import promptness
 
 _METHODS = ("GET", "GET", "GET", "POST", "PUT", "DELETE")
 _ROUTES = ("/api/items", "/api/users", "/api/orders", "/health", "/api/search", "/api/cart")
@@ -59,6 +63,7 @@ def append_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = Fal
             os.fsync(fd)
     finally:
         os.close(fd)
+    promptness.note_written(data)
 
 
 def write_lines(
@@ -198,6 +203,7 @@ class Writer:
         finally:
             if not self._keep_open:
                 os.close(fd)
+        promptness.note_written(data)
         with self._lock:
             self._written.extend(seqs)
 
