@@ -270,7 +270,8 @@ class RunResult:
 def shipper_config(tmp: str, input_path: str, url: str, *, gzip: bool = True,
                    bulk_max_events: int | None = None, in_flight: int | None = None,
                    log_level: str = "info", flush_interval: str | None = None,
-                   flush_min_interval: str | None = None, aws_sigv4: bool = False) -> str:
+                   flush_min_interval: str | None = None, aws_sigv4: bool = False,
+                   ecs: str | None = None) -> str:
     """Write a config for `shipper run` into `tmp` (state under tmp/state); returns its path.
 
     Only the keys given are set, so everything else is shipper's default, as a user would have it.
@@ -293,7 +294,7 @@ def shipper_config(tmp: str, input_path: str, url: str, *, gzip: bool = True,
     cfg = {
         "state_dir": os.path.join(tmp, "state"),
         "log_level": log_level,
-        "inputs": [{"paths": [input_path], "format": "json"}],
+        "inputs": [{"paths": [input_path], "format": "json", **({"ecs": ecs} if ecs is not None else {})}],
         "output": {"elasticsearch": es},
         "metrics": {"listen": None},
     }
@@ -318,10 +319,12 @@ def _system_command(system: str, tmp: str, input_path: str, url: str,
     py = args.python
     if system == "naive":
         return [py, os.path.join(BENCH_DIR, "naive.py"), input_path, url, "--batch", "1000"], False
-    if system in ("shipper", "shipper-py", "shipper-sigv4"):
+    if system in ("shipper", "shipper-py", "shipper-sigv4", "shipper-ecs-off"):
+        # shipper-ecs-off: the same daemon with `ecs: off` (no ECS fields: issue 43's baseline)
         cfg = shipper_config(tmp, input_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
-                             log_level=args.log_level, aws_sigv4=system == "shipper-sigv4")
+                             log_level=args.log_level, aws_sigv4=system == "shipper-sigv4",
+                             ecs="off" if system == "shipper-ecs-off" else None)
         if args.cprofile:
             prof = os.path.join(OUT_DIR, "shipper.prof")
             return [py, "-m", "cProfile", "-o", prof, "-m", "shipper", "run", "-c", cfg], False
@@ -345,7 +348,7 @@ def _system_command(system: str, tmp: str, input_path: str, url: str,
             return [pyspy, "record", "-o", svg, "--subprocesses", "--", *cmd], True
         return cmd, False
     raise SystemExit(f"unknown system {system!r} (known: naive, shipper, shipper-py, shipper-sigv4, "
-                     "syslog-ng, rsyslog)")
+                     "shipper-ecs-off, syslog-ng, rsyslog)")
 
 
 # shipper-sigv4's static credentials, and nothing of the machine's (no files, no metadata endpoint)
@@ -591,10 +594,17 @@ def print_targets(rows: list[dict[str, Any]], base: str) -> None:
                       ("CPU-s per 1M", s["cpu_per_m"], 0.8 * peer["cpu_per_m"], False)]
         print(f"  shipper / syslog-ng: docs/s {s['docs_s'] / peer['docs_s']:.2f}x (target >= 1.20x), "
               f"CPU-s per 1M {s['cpu_per_m'] / peer['cpu_per_m']:.2f}x (target <= 0.80x)")
+    off = by.get("shipper-ecs-off")
+    if off and off.get("docs"):
+        # issue 43: the default `ecs: add` within 10 % of `ecs: off`
+        print(f"  shipper (ecs: add) / shipper-ecs-off: docs/s {s['docs_s'] / off['docs_s']:.2f}x (target >= 0.90x), "
+              f"CPU-s per 1M {s['cpu_per_m'] / off['cpu_per_m']:.2f}x (target <= 1.10x)")
+        checks += [("docs/s vs ecs off", s["docs_s"], 0.9 * off["docs_s"], True),
+                   ("CPU vs ecs off", s["cpu_per_m"], 1.1 * off["cpu_per_m"], False)]
     for name, have, want, higher_is_better in checks:
         ok = have >= want if higher_is_better else have <= want
         op = ">=" if higher_is_better else "<="
-        print(f"  {name:13s} {have:12,.2f}   {op} {want:10,.2f} {'ok' if ok else 'MISSED'}")
+        print(f"  {name:17s} {have:12,.2f}   {op} {want:10,.2f} {'ok' if ok else 'MISSED'}")
 
 
 def print_cprofile(path: str, top: int = 25) -> None:

@@ -22,7 +22,7 @@ export SHIPPER_NATIVE_MODULE=$so
 echo "== sanitizer build: tests/unit/test_splice*.py test_lines.py test_split_splice.py against $so"
 LD_PRELOAD=$asan_rt "$py" -c "from shipper import native; assert native.module.__file__ == '$so', native.module"
 LD_PRELOAD=$asan_rt "$py" -m pytest -q -p no:randomly tests/unit/test_splice.py tests/unit/test_splice_native.py \
-  tests/unit/test_lines.py tests/unit/test_split_splice.py
+  tests/unit/test_lines.py tests/unit/test_split_splice.py tests/unit/test_ecs.py
 
 fuzz_run() {   # name, log, command...: run one fuzzer; on a crash print the log's end and the reproducer
   local name=$1 log=$2

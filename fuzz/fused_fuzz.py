@@ -39,7 +39,7 @@ CONFIGS: list[dict[str, Any]] = [
     {},
     {"index": "app-logs"},
     {"index": "app-logs", "fields": {"env": "prod", "nested": {"a": [1, "ü"]}}},
-    {"index": "logs-%Y.%m.%d.%H", "format": "json"},
+    {"index": "logs-%Y.%m.%d.%H", "format": "json", "ecs": "replace"},
 ]
 NOW = 1_790_000_000.25
 PATH = '/var/log/app/ünï "q".log'

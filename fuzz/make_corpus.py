@@ -33,13 +33,15 @@ def main(argv: list[str]) -> int:
     out = argv[1] if len(argv) > 1 else os.path.join(ROOT, "build", "fuzz", "corpus")
     pino = [ln.encode() for size in (120, 350, 2000) for ln in PinoGenerator(7, size).batch(60)]
     hostile = [line[:12_000] for _name, line in cases(12_000)]
-    lines = pino + list(CORPUS) + hostile
+    with open(os.path.join(ROOT, "tests", "fixtures", "pino", "lines.ndjson"), "rb") as f:
+        real = f.read().splitlines()      # the real pino, pino-http and OpenTelemetry (tests/fixtures/pino)
+    lines = pino + real + list(CORPUS) + hostile
     n_scan = write(os.path.join(out, "scan"), [ln for ln in lines if len(ln) <= 16_384])
     splice = []
     for i in range(0, len(lines), 3):               # 3 lines a seed, each configuration and flag/offset style
         group = SEP.join(lines[i:i + 3])
-        splice.append(bytes([i % 8, (i // 8) % 4 << 4]) + group)
-    splice += [bytes([k, 0]) + ln for k in range(8) for ln in CORPUS[:20]]
+        splice.append(bytes([i % 11, (i // 11) % 4 << 4]) + group)
+    splice += [bytes([k, 0]) + ln for k in range(11) for ln in CORPUS[:20]]
     n_splice = write(os.path.join(out, "splice"), splice)
     text = b"\n".join(pino[:40]) + b"\n"
     blocks = [text, text.replace(b"\n", b"\r\n"), b"\x00" * 300 + text, text[:-1], b"\n\n\r\n\x00\n" + text]

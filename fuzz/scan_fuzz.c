@@ -7,7 +7,8 @@
  * left in it) and with a fresh one; both must find the same. For a line the scan takes it checks
  * what splice relies on: the body ends in '}' inside the line, the noted spans lie inside it,
  * the line has no raw newline or control byte, `time` is within the rules' range and the
- * formatted @timestamp has exactly the layout YYYY-MM-DDTHH:MM:SS.mmmZ.
+ * formatted @timestamp has exactly the layout YYYY-MM-DDTHH:MM:SS.mmmZ; the ECS sources it noted
+ * lie in the body and what write_ecs makes of them is balanced JSON. Rules: ecs add, replace, off.
  *
  *   fuzz/build.sh && build/fuzz/scan_fuzz -dict=fuzz/json.dict build/fuzz/corpus/scan
  */
@@ -18,7 +19,7 @@
 #include <stdlib.h>
 
 static parser_t *kept;     /* the parser every input goes through in turn */
-static rules_t rules[2];
+static rules_t rules[3];
 
 static void add_key(rules_t *R, const char *k) {
     R->keys[R->n].p = (const unsigned char *)k;
@@ -31,11 +32,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     init_tables();
     kept = calloc(1, sizeof(parser_t));
-    /* what DocBuilder passes for a plain input */
+    /* what DocBuilder passes for a plain input (ecs: add, the default) */
     add_key(&rules[0], "@timestamp");
     add_key(&rules[0], "log");
     add_key(&rules[0], "host");
     set_time_range(&rules[0], 100000000001LL, 1LL << 42);
+    rules[0].ecs = ECS_ADD;
     /* an input with fields, and a range asking for more than a 4-digit year: set_time_range clamps */
     add_key(&rules[1], "@timestamp");
     add_key(&rules[1], "log");
@@ -43,6 +45,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     add_key(&rules[1], "env");
     add_key(&rules[1], "");
     set_time_range(&rules[1], -5, LLONG_MAX);
+    rules[1].ecs = ECS_REPLACE;
+    /* ecs: off */
+    add_key(&rules[2], "@timestamp");
+    add_key(&rules[2], "log");
+    add_key(&rules[2], "host");
+    set_time_range(&rules[2], 100000000001LL, 1LL << 42);
     return 0;
 }
 
@@ -74,6 +82,51 @@ static void check_taken(const unsigned char *buf, size_t size, const rules_t *R,
         CHECK(inside(buf, size, S->level_str) && S->level_str.n > 2);
         CHECK(S->level_str.p[0] == '"' && S->level_str.p[S->level_str.n - 1] == '"');
     }
+    /* the ECS sources: only with ecs on, never with replace (that line is Python's), each inside
+     * the body, a string with its quotes or a number token; what write_ecs writes is valid JSON */
+    CHECK(R->ecs == ECS_ADD || S->found == 0);
+    for (int f = 0; f < NFIELDS; f++) {
+        if (!(S->found >> f & 1))
+            continue;
+        const unsigned char *v = buf + S->src[f].at;
+        CHECK(S->src[f].n > 0 && (size_t)S->src[f].at + S->src[f].n <= (size_t)S->body_end);
+        if (v[0] == '"')
+            CHECK(S->src[f].n >= 2 && v[S->src[f].n - 1] == '"');
+        else
+            CHECK(v[0] == '-' || (v[0] >= '0' && v[0] <= '9'));
+        if (f == F_REQ_URL && S->url_q)
+            CHECK(S->url_q < S->src[f].n - 1 && v[S->url_q] == '?');
+    }
+    if (S->found) {
+        out_t sized = {NULL, 0};
+        write_ecs(&sized, S, buf);
+        char *w = malloc((size_t)sized.n + 2);
+        CHECK(w != NULL);
+        w[0] = '{';
+        out_t o = {w + 1, 0};
+        write_ecs(&o, S, buf);
+        CHECK(o.n == sized.n && (o.n == 0 || w[1] == ','));   /* host.hostname alone: nothing here */
+        /* balanced braces outside strings, and no raw control byte */
+        int depth = 0, in_str = 0;
+        for (Py_ssize_t i = 2; i <= o.n; i++) {
+            char c = w[i];
+            CHECK((unsigned char)c >= 0x20);
+            if (in_str) {
+                if (c == '\\')
+                    i++;
+                else if (c == '"')
+                    in_str = 0;
+            } else if (c == '"') {
+                in_str = 1;
+            } else if (c == '{') {
+                depth++;
+            } else if (c == '}') {
+                CHECK(--depth >= 0);
+            }
+        }
+        CHECK(depth == 0 && !in_str);
+        free(w);
+    }
     char ts[TS_LEN + 1];
     ts[TS_LEN] = 0x7f;
     fmt_ts(ts, S->time_ms);
@@ -91,6 +144,13 @@ static int same(const scan_t *a, const scan_t *b) {
     if (!a->ok)
         return 1;
     /* a span's start means something only when it is not empty */
+    if (a->found != b->found)
+        return 0;
+    for (int f = 0; f < NFIELDS; f++)
+        if (a->found >> f & 1 && (a->src[f].at != b->src[f].at || a->src[f].n != b->src[f].n))
+            return 0;
+    if (a->found >> F_DURATION & 1 && a->duration_ns != b->duration_ns)
+        return 0;
     return a->level == b->level && a->time_ms == b->time_ms && a->body_end == b->body_end
         && a->msg.n == b->msg.n && (a->msg.n == 0 || a->msg.p == b->msg.p)
         && a->level_str.n == b->level_str.n && (a->level_str.n == 0 || a->level_str.p == b->level_str.p);
@@ -103,7 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size)
         memcpy(buf, data, size);
     parser_t *fresh = calloc(1, sizeof(parser_t));
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 3; r++) {
         scan_t a, b;
         scan_line(kept, buf, (Py_ssize_t)size, &rules[r], &a);
         scan_line(fresh, buf, (Py_ssize_t)size, &rules[r], &b);

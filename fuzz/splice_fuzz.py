@@ -40,6 +40,9 @@ CONFIGS: list[dict[str, Any]] = [
     {"index": "app-{service.name|none}-%Y.%m"},                    # reads a field: Python path only
     {"include_lines": ["x", "hello"]},                             # a line filter: Python path only
     {"fields": {"message": "fixed"}},                              # overwrites an added field: never spliced
+    {"ecs": "replace", "index": "app-logs"},                       # ECS: the C path takes lines nothing maps from
+    {"ecs": "off"},
+    {"fields": {"http": {"version": "1.1"}}},                      # a field where ECS fields go: never spliced
 ]
 OFFSETS = (0, 1_000_000, 2**62, 2**63 - 8)   # base offset; events 1000 apart
 SEP = b"\x1e"

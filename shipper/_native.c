@@ -7,24 +7,32 @@
  * When a line is a JSON object that this file can prove is valid (RFC 8259, strict UTF-8), has no
  * duplicate key at any depth, none of the keys enrichment adds (`@timestamp`, `log`, `host`, the
  * input's fields) and an integer epoch-ms `time`, its bytes are passed through unchanged: the
- * added fields are written in front, the line's own bytes after them. Everything else (flags,
+ * added fields are written in front, the line's own bytes after them. The ECS fields of pino,
+ * OpenTelemetry and pino-http keys (shipper/parse/ecs.py) are among the added fields: their
+ * values are copied from the line's bytes. Everything else (flags,
  * text, escapes in keys, integers past 64 bits, floats near overflow, surrogate escapes, nesting
  * past 64, a newline from a multiline join, no `time`, ...) goes to `fallback`, the Python path,
  * so whatever this file accepts is a subset of what orjson accepts, with the same meaning; the
  * Python path stays the reference (tests/unit/test_splice.py holds both to the re-serialised
  * documents).
  *
- * splice(events, out, head, prefix_for, inc, mid, tail, reserved, fallback, ms_min, ms_max) -> int
+ * splice(events, out, head, prefix_for, inc, mid, host, tail, reserved, fallback, ms_min, ms_max, ecs) -> int
  *   events     list of (start, end, data, flags)
  *   out        list the bulk pairs are appended to, in event order
  *   head       bytes: the action's start (`{"create":{"_index":"x","_id":"`), or None:
  *   prefix_for callable(epoch second) -> that bytes, for an index named after the event time
  *   inc        the incarnation and "-"
- *   mid        `,"host":{"name":..},"log":{"file":{"path":..},"offset":`
+ *   mid        `,"log":{"file":{"path":..},"offset":`
+ *   host       `,"host":{"name":..` (open: host.hostname may follow)
  *   tail       the input's fields as `,"k":v` pairs, then ","
  *   reserved   tuple of top-level keys (UTF-8 bytes) that send a line to the fallback
  *   fallback   callable(event) -> bytes appended to `out` by it
  *   ms_min/max the range of `time` (epoch ms) taken here
+ *   ecs        (mode, fixed roots): mode 0 off, 1 add (the ECS fields written in front; a line
+ *              that has an ECS object they go in is the fallback's, which merges), 2 replace (a
+ *              line with a field to map is the fallback's, which removes the originals); fixed
+ *              roots: the R_x bits of ECS objects the input's fields write (in `tail`), taken as
+ *              the line's own
  * Returns the number of bytes appended to `out`.
  *
  * The scan of a batch runs without the GIL (the bytes are immutable and `events` is owned by the
@@ -39,6 +47,7 @@
  * with -DSHIPPER_NO_SIMD the string scan is the scalar loop only.
  */
 #ifdef SHIPPER_SCAN_ONLY
+#define _GNU_SOURCE            /* newlocale, strtod_l (Python.h defines it for the extension) */
 #include <stddef.h>
 typedef ptrdiff_t Py_ssize_t;
 #else
@@ -46,7 +55,10 @@ typedef ptrdiff_t Py_ssize_t;
 #include <Python.h>
 #endif
 #include <limits.h>
+#include <locale.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__) && !defined(SHIPPER_NO_SIMD)
 #define USE_SSE2 1
@@ -85,20 +97,55 @@ typedef struct {
     uint16_t slots[KEY_SLOTS]; /* 0 or 1 + the index in keys; zeroed before the first line */
 } parser_t;
 
-/* What the scan of one line found; ok == 0: the fallback takes it. */
+/* The ECS fields (shipper/parse/ecs.py, the reference): each one's source in a pino line. */
+enum {
+    F_TRACE, F_SPAN, F_TRANSACTION, F_ERR_TYPE, F_ERR_MESSAGE, F_ERR_STACK, F_PID, F_HOSTNAME, F_NAME,
+    F_REQ_ID, F_REQ_METHOD, F_REQ_URL, F_CLIENT_ADDRESS, F_CLIENT_PORT, F_USER_AGENT, F_STATUS, F_DURATION,
+    NFIELDS
+};
+/* The top-level objects they go in (a bit each): a line that has one of those a field of its
+ * own goes in is the fallback's, which merges (ecs.py's `apply_ecs`). */
+enum {
+    R_TRACE = 1 << 0, R_SPAN = 1 << 1, R_TRANSACTION = 1 << 2, R_ERROR = 1 << 3, R_PROCESS = 1 << 4,
+    R_HOST = 1 << 5, R_SERVICE = 1 << 6, R_HTTP = 1 << 7, R_URL = 1 << 8, R_CLIENT = 1 << 9,
+    R_USER_AGENT = 1 << 10, R_EVENT = 1 << 11
+};
+static const unsigned FIELD_ROOT[NFIELDS] = {
+    R_TRACE, R_SPAN, R_TRANSACTION, R_ERROR, R_ERROR, R_ERROR, R_PROCESS, R_HOST, R_SERVICE,
+    R_HTTP, R_HTTP, R_URL, R_CLIENT, R_CLIENT, R_USER_AGENT, R_HTTP, R_EVENT
+};
+#define ECS_OFF 0
+#define ECS_ADD 1
+#define ECS_REPLACE 2          /* the C path takes only lines nothing maps from */
+
 typedef struct {
+    uint32_t at, n;            /* bytes [at, at + n) of the line */
+} rel_t;
+
+/* What the scan of one line found; ok == 0: the fallback takes it. */
+typedef struct scan_s {
     int ok;
     int level;                 /* 10..60 or 0 */
     span_t level_str;          /* a non-empty string level, raw, quotes included */
     span_t msg;                /* raw value of `msg` to copy into `message`, or n == 0 */
     long long time_ms;
     Py_ssize_t body_end;       /* index just past the top object's closing brace */
+    uint32_t found;            /* bit F_x: the source of ECS field x, of the right type (only these
+                                  entries of src are set) */
+    rel_t src[NFIELDS];        /* its raw JSON value (a string with its quotes) */
+    uint32_t url_q;            /* the '?' in req.url's span, 0: none */
+    int req_id_is_int;         /* req.id is an integer: written as its text */
+    long long req_id;
+    long long duration_ns;     /* event.duration from responseTime */
 } scan_t;
 
 typedef struct {
     span_t keys[MAX_RESERVED];
     int n;
     long long ms_min, ms_max;
+    int ecs;                   /* ECS_OFF, ECS_ADD or ECS_REPLACE */
+    unsigned fixed_roots;      /* R_x bits of the ECS objects the input's fields write: a line with a
+                                  field for one of them is the fallback's, which merges */
 } rules_t;
 
 /* The range of `time` the scan takes, within years 1970..9999 whatever the caller asks: fmt_ts
@@ -112,9 +159,15 @@ static void set_time_range(rules_t *R, long long ms_min, long long ms_max) {
 /* 1: byte needs a closer look inside a string ('"', '\\', < 0x20, >= 0x80) */
 static unsigned char string_stop[256];
 
+/* strtod in the "C" locale whatever the process's LC_NUMERIC (responseTime's '.'); (locale_t)0:
+ * not made, and a line with a responseTime to map is the fallback's */
+static locale_t c_numeric;
+
 static void init_tables(void) {
     for (int c = 0; c < 256; c++)
         string_stop[c] = (c == '"' || c == '\\' || c < 0x20 || c >= 0x80);
+    if (c_numeric == (locale_t)0)
+        c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
 }
 
 static inline void skip_ws(parser_t *P) {
@@ -218,7 +271,7 @@ static int parse_string(parser_t *P, int *escaped) {
 
 /* A number at P->s that orjson reads with the same meaning: an integer within int64/uint64
  * (orjson turns larger ones into floats), or a float far from overflowing a double (orjson
- * refuses infinity). *is_int and *value describe integers within long long; larger ones get
+ * refuses infinity). *is_int and *value describe integers within long long (-2**63 included); larger ones get
  * *is_int = 0, which only means "not a pino time or level" to the callers. */
 static int parse_number(parser_t *P, int *is_int, long long *value) {
     /* the scan stops one byte past MAX_NUMBER_BYTES: a token that reaches that end is too long
@@ -288,8 +341,8 @@ static int parse_number(parser_t *P, int *is_int, long long *value) {
     } else {
         if (overflow || (neg && v > (uint64_t)INT64_MAX + 1))
             return 0;  /* past int64/uint64: orjson reads a float */
-        *is_int = v <= (uint64_t)INT64_MAX;
-        *value = *is_int ? (neg ? -(long long)v : (long long)v) : 0;
+        *is_int = v <= (uint64_t)INT64_MAX || neg;   /* -2**63 too */
+        *value = !*is_int ? 0 : !neg ? (long long)v : v > (uint64_t)INT64_MAX ? LLONG_MIN : -(long long)v;
     }
     P->s = s;
     return 1;
@@ -405,25 +458,11 @@ static int after_item(parser_t *P, unsigned char close) {
     return 0;
 }
 
+static int take_members(parser_t *P, int depth, int kind, const unsigned char *data, struct scan_s *S);
+
 /* An object at P->s (on its '{'); keys are checked for duplicates. */
-static int parse_object(parser_t *P, int depth) {
-    if (depth > MAX_DEPTH)
-        return 0;
-    int base = P->nkeys, more;
-    const unsigned char *k;
-    Py_ssize_t kn;
-    P->s++;
-    skip_ws(P);
-    if (P->s < P->e && *P->s == '}') {
-        P->s++;
-        return 1;
-    }
-    do {
-        if (!take_key(P, base, &k, &kn) || !parse_value(P, depth + 1))
-            return 0;
-    } while ((more = after_item(P, '}')) == 1);
-    pop_keys(P, base);
-    return more == 2;
+static inline int parse_object(parser_t *P, int depth) {
+    return take_members(P, depth, -1, NULL, NULL);
 }
 
 static int parse_array(parser_t *P, int depth) {
@@ -464,15 +503,226 @@ static inline int key_is(const unsigned char *k, Py_ssize_t kn, const char *name
     return kn == n && memcmp(k, name, (size_t)n) == 0;
 }
 
+/* ---------------------------------------------------------------- ECS sources
+ *
+ * With rules' ecs on, the scan notes where the source of each ECS field is (parse/ecs.py's
+ * table: pino's `pid`, `hostname`, `name`, OpenTelemetry's `trace_id`..., the error serializer's
+ * `err`, pino-http's `req`, `res`, `responseTime`) when its value has the type the field takes,
+ * and which ECS objects the line has of its own (`http`, or a dotted `http.x` key). The writer
+ * copies the raw values; ecs.py is the reference for every rule here. */
+
+enum { K_ERR, K_REQ, K_HEADERS, K_RES };      /* the objects whose members are sources */
+
+static inline void note(scan_t *S, int f, const unsigned char *data, const unsigned char *vs, const unsigned char *ve) {
+    S->src[f].at = (uint32_t)(vs - data);
+    S->src[f].n = (uint32_t)(ve - vs);
+    S->found |= 1u << f;
+}
+
+/* A source that must be a string: noted when it is one; any other value is parsed and left. A
+ * req.url with an escape is the fallback's (its split at '?' is on the decoded text). */
+static int take_string(parser_t *P, int depth, int f, const unsigned char *data, scan_t *S) {
+    const unsigned char *vs = P->s;
+    int escaped;
+    if (*vs != '"')
+        return parse_value(P, depth);
+    if (!parse_string(P, &escaped))
+        return 0;
+    if (f == F_REQ_URL) {
+        if (escaped)
+            return 0;
+        const unsigned char *q = memchr(vs + 1, '?', (size_t)(P->s - vs - 2));
+        S->url_q = q != NULL ? (uint32_t)(q - vs) : 0;
+    }
+    note(S, f, data, vs, P->s);
+    return 1;
+}
+
+/* A source that must be an integer within 64 bits, signed (orjson reads larger ones too; a long
+ * field takes none of them); req.id also a string. */
+static int take_integer(parser_t *P, int depth, int f, const unsigned char *data, scan_t *S) {
+    const unsigned char *vs = P->s;
+    int is_int;
+    long long v;
+    if (f == F_REQ_ID && *vs == '"') {
+        S->req_id_is_int = 0;
+        return take_string(P, depth, f, data, S);
+    }
+    if (*vs != '-' && (*vs < '0' || *vs > '9'))
+        return parse_value(P, depth);
+    if (!parse_number(P, &is_int, &v))
+        return 0;
+    if (is_int) {
+        note(S, f, data, vs, P->s);
+        if (f == F_REQ_ID) {
+            S->req_id_is_int = 1;
+            S->req_id = v;
+        }
+    }
+    return 1;
+}
+
+/* responseTime (ms, any JSON number) -> event.duration in integer ns: the double ms * 1e6 rounded
+ * half to even, when a long holds it. */
+static int take_duration(parser_t *P, int depth, const unsigned char *data, scan_t *S) {
+    const unsigned char *vs = P->s;
+    int is_int;
+    long long v;
+    char buf[MAX_NUMBER_BYTES + 1];
+    if (*vs != '-' && (*vs < '0' || *vs > '9'))
+        return parse_value(P, depth);
+    if (!parse_number(P, &is_int, &v))
+        return 0;
+    if (c_numeric == (locale_t)0)
+        return 0;
+    size_t n = (size_t)(P->s - vs);      /* <= MAX_NUMBER_BYTES: parse_number's bound */
+    memcpy(buf, vs, n);
+    buf[n] = 0;
+    double ns = strtod_l(buf, NULL, c_numeric) * 1e6;
+    if (ns >= -9223372036854775808.0 && ns < 9223372036854775808.0) {
+        S->duration_ns = (long long)rint(ns);
+        note(S, F_DURATION, data, vs, P->s);
+    }
+    return 1;
+}
+
+/* Which source a member of an ECS source object is (K_HEADERS: the object of req.headers), or -1. */
+static int member_field(int kind, const unsigned char *k, Py_ssize_t kn) {
+    switch (kind) {
+    case K_ERR:
+        if (key_is(k, kn, "type", 4)) return F_ERR_TYPE;
+        if (key_is(k, kn, "message", 7)) return F_ERR_MESSAGE;
+        if (key_is(k, kn, "stack", 5)) return F_ERR_STACK;
+        return -1;
+    case K_REQ:
+        switch (kn) {
+        case 2: return key_is(k, kn, "id", 2) ? F_REQ_ID : -1;
+        case 3: return key_is(k, kn, "url", 3) ? F_REQ_URL : -1;
+        case 6: return key_is(k, kn, "method", 6) ? F_REQ_METHOD : -1;
+        case 7: return key_is(k, kn, "headers", 7) ? NFIELDS : -1;
+        case 10: return key_is(k, kn, "remotePort", 10) ? F_CLIENT_PORT : -1;
+        case 13: return key_is(k, kn, "remoteAddress", 13) ? F_CLIENT_ADDRESS : -1;
+        default: return -1;
+        }
+    case K_HEADERS:
+        return key_is(k, kn, "user-agent", 10) ? F_USER_AGENT : -1;
+    case K_RES:
+        return key_is(k, kn, "statusCode", 10) ? F_STATUS : -1;
+    default:
+        return -1;
+    }
+}
+
+static int take_source(parser_t *P, int depth, int f, const unsigned char *data, scan_t *S);
+
+/* An object at P->s, on its '{', its keys checked for duplicates; of kind K_x (err, req,
+ * req.headers, res), its members that are ECS sources noted; of kind -1 (parse_object), none. */
+static int take_members(parser_t *P, int depth, int kind, const unsigned char *data, scan_t *S) {
+    if (depth > MAX_DEPTH)
+        return 0;
+    int base = P->nkeys, more;
+    const unsigned char *k;
+    Py_ssize_t kn;
+    P->s++;
+    skip_ws(P);
+    if (P->s < P->e && *P->s == '}') {
+        P->s++;
+        return 1;
+    }
+    do {
+        if (!take_key(P, base, &k, &kn) || P->s >= P->e)
+            return 0;
+        int f = kind < 0 ? -1 : member_field(kind, k, kn);
+        if (f == NFIELDS) {
+            if (*P->s == '{' ? !take_members(P, depth + 1, K_HEADERS, data, S) : !parse_value(P, depth + 1))
+                return 0;
+        } else if (f >= 0 ? !take_source(P, depth + 1, f, data, S) : !parse_value(P, depth + 1)) {
+            return 0;
+        }
+    } while ((more = after_item(P, '}')) == 1);
+    pop_keys(P, base);
+    return more == 2;
+}
+
+static int take_source(parser_t *P, int depth, int f, const unsigned char *data, scan_t *S) {
+    switch (f) {
+    case F_PID: case F_CLIENT_PORT: case F_STATUS: case F_REQ_ID:
+        return take_integer(P, depth, f, data, S);
+    case F_DURATION:
+        return take_duration(P, depth, data, S);
+    default:
+        return take_string(P, depth, f, data, S);
+    }
+}
+
+/* A top-level key of a line: the source field it is (F_x; NFIELDS + K_x: an object holding
+ * sources), or -1; *roots gets the bit of an ECS object it is, or is a dotted key of. */
+#define TOP_OBJECT(kind) (NFIELDS + (kind))
+static int top_key(const unsigned char *k, Py_ssize_t kn, unsigned *roots) {
+    switch (kn) {
+    case 3:
+        if (key_is(k, kn, "pid", 3)) return F_PID;
+        if (key_is(k, kn, "req", 3)) return TOP_OBJECT(K_REQ);
+        if (key_is(k, kn, "res", 3)) return TOP_OBJECT(K_RES);
+        if (key_is(k, kn, "err", 3)) return TOP_OBJECT(K_ERR);
+        if (key_is(k, kn, "url", 3)) { *roots |= R_URL; return -1; }
+        break;
+    case 4:
+        if (key_is(k, kn, "name", 4)) return F_NAME;
+        if (key_is(k, kn, "http", 4)) { *roots |= R_HTTP; return -1; }
+        if (key_is(k, kn, "span", 4)) { *roots |= R_SPAN; return -1; }
+        if (key_is(k, kn, "host", 4)) { *roots |= R_HOST; return -1; }   /* reserved: a dotted key's head */
+        break;
+    case 5:
+        if (key_is(k, kn, "trace", 5)) { *roots |= R_TRACE; return -1; }
+        if (key_is(k, kn, "error", 5)) { *roots |= R_ERROR; return -1; }
+        if (key_is(k, kn, "event", 5)) { *roots |= R_EVENT; return -1; }
+        break;
+    case 6:
+        if (key_is(k, kn, "client", 6)) { *roots |= R_CLIENT; return -1; }
+        break;
+    case 7:
+        if (key_is(k, kn, "span_id", 7)) return F_SPAN;
+        if (key_is(k, kn, "process", 7)) { *roots |= R_PROCESS; return -1; }
+        if (key_is(k, kn, "service", 7)) { *roots |= R_SERVICE; return -1; }
+        break;
+    case 8:
+        if (key_is(k, kn, "hostname", 8)) return F_HOSTNAME;
+        if (key_is(k, kn, "trace_id", 8)) return F_TRACE;
+        break;
+    case 10:
+        if (key_is(k, kn, "user_agent", 10)) { *roots |= R_USER_AGENT; return -1; }
+        break;
+    case 11:
+        if (key_is(k, kn, "transaction", 11)) { *roots |= R_TRANSACTION; return -1; }
+        break;
+    case 12:
+        if (key_is(k, kn, "responseTime", 12)) return F_DURATION;
+        break;
+    case 14:
+        if (key_is(k, kn, "transaction_id", 14)) return F_TRANSACTION;
+        break;
+    default:
+        break;
+    }
+    /* a dotted key (`"http.request.method": ...`) is its head's object's, as Elasticsearch reads it */
+    const unsigned char *dot = kn > 1 ? memchr(k, '.', (size_t)kn) : NULL;
+    if (dot != NULL)
+        (void)top_key(k, dot - k, roots);
+    return -1;
+}
+
 /* The top-level object of one line: validates all of it, notes time, level, msg, message. */
 static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, const rules_t *R, scan_t *out) {
     out->ok = 0;
-    if (len < 2 || data[0] != '{')
-        return;
+    out->found = 0;
+    if (len < 2 || data[0] != '{' || (R->ecs && (uint64_t)len > UINT32_MAX))
+        return;   /* (the ECS sources' offsets are 32-bit; no line is that long: max_line_bytes) */
     pop_keys(P, 0);   /* what a line handed over left in the table */
     P->s = data;
     P->e = data + len;
-    int escaped, is_int, more, have_time = 0, has_message = 0;
+    int escaped, is_int, more, have_time = 0, has_message = 0, f;
+    unsigned roots = 0;       /* the ECS objects the line has of its own */
     long long v;
     const unsigned char *k;
     Py_ssize_t kn;
@@ -517,6 +767,10 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
             } else if (!parse_value(P, 2)) {
                 return;
             }
+        } else if (R->ecs && (f = top_key(k, kn, &roots)) >= 0) {
+            if (f < NFIELDS ? !take_source(P, 2, f, data, out)
+                : *vs == '{' ? !take_members(P, 2, f - NFIELDS, data, out) : !parse_value(P, 2))
+                return;
         } else {
             if (!parse_value(P, 2))
                 return;
@@ -536,6 +790,16 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
     skip_ws(P);
     if (P->s != P->e || !have_time)
         return;
+    if (out->found) {
+        if (R->ecs == ECS_REPLACE)
+            return;   /* the fallback removes what it maps */
+        unsigned need = 0;
+        for (int i = 0; i < NFIELDS; i++)
+            if (out->found >> i & 1)
+                need |= FIELD_ROOT[i];
+        if (need & (roots | R->fixed_roots))
+            return;   /* an ECS object of the line's own (or the input's fields) gets fields: the fallback merges */
+    }
     if (has_message)
         msg.n = 0;
     out->msg = msg;
@@ -615,22 +879,162 @@ static const char *LEVEL_TEXT[7] = {NULL, ",\"level\":\"trace\"}", ",\"level\":\
                                     ",\"level\":\"warn\"}", ",\"level\":\"error\"}", ",\"level\":\"fatal\"}"};
 static const char MSG_KEY[] = ",\"message\":";
 static const char LEVEL_KEY[] = ",\"level\":";
+static const char HOSTNAME_KEY[] = ",\"hostname\":";
+
+/* Bytes written, or only counted (w == NULL): the ECS part of a pair is sized, then written. */
+typedef struct {
+    char *w;
+    Py_ssize_t n;
+} out_t;
+
+static inline void o_put(out_t *o, const void *p, Py_ssize_t n) {
+    if (o->w != NULL)
+        memcpy(o->w + o->n, p, (size_t)n);
+    o->n += n;
+}
+#define O_LIT(o, lit) o_put((o), (lit), (Py_ssize_t)sizeof(lit) - 1)
+
+static inline void o_src(out_t *o, const scan_t *S, const unsigned char *data, int f) {
+    o_put(o, data + S->src[f].at, (Py_ssize_t)S->src[f].n);
+}
+
+static void o_int(out_t *o, long long v) {
+    char buf[24];
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    int n = 0;
+    do {
+        buf[sizeof(buf) - 1 - n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        buf[sizeof(buf) - 1 - n++] = '-';
+    o_put(o, buf + sizeof(buf) - n, n);
+}
+
+/* `key` (`"name":`) then the source of field f, after a ',' unless it is its object's first member */
+static inline void o_member(out_t *o, int *first, const char *key, Py_ssize_t key_n, const scan_t *S,
+                            const unsigned char *data, int f) {
+    if (!*first)
+        O_LIT(o, ",");
+    *first = 0;
+    o_put(o, key, key_n);
+    o_src(o, S, data, f);
+}
+#define HAS(S, f) ((S)->found >> (f) & 1u)
+
+/* An ECS object whose members are copied as they are: its name and each member's source. */
+typedef struct {
+    const char *open;          /* `,"error":{` */
+    Py_ssize_t open_n;
+    struct {
+        int f;
+        const char *key;       /* `"type":` */
+        Py_ssize_t key_n;
+    } m[3];
+    int n;
+} object_t;
+#define LIT(s) s, (Py_ssize_t)sizeof(s) - 1
+static const object_t COPIED[] = {
+    {LIT(",\"trace\":{"), {{F_TRACE, LIT("\"id\":")}}, 1},
+    {LIT(",\"span\":{"), {{F_SPAN, LIT("\"id\":")}}, 1},
+    {LIT(",\"transaction\":{"), {{F_TRANSACTION, LIT("\"id\":")}}, 1},
+    {LIT(",\"error\":{"), {{F_ERR_TYPE, LIT("\"type\":")}, {F_ERR_MESSAGE, LIT("\"message\":")},
+                           {F_ERR_STACK, LIT("\"stack_trace\":")}}, 3},
+    {LIT(",\"process\":{"), {{F_PID, LIT("\"pid\":")}}, 1},
+    {LIT(",\"service\":{"), {{F_NAME, LIT("\"name\":")}}, 1},
+    {LIT(",\"client\":{"), {{F_CLIENT_ADDRESS, LIT("\"address\":")}, {F_CLIENT_PORT, LIT("\"port\":")}}, 2},
+    {LIT(",\"user_agent\":{"), {{F_USER_AGENT, LIT("\"original\":")}}, 1},
+};
+
+/* The ECS objects of a line the scan took (ecs.py's table; the line has none of them: scan_line),
+ * as members of the document: `,"trace":{"id":..}`... host.hostname goes with host.name, in
+ * write_pair. */
+static void write_ecs(out_t *o, const scan_t *S, const unsigned char *data) {
+    int first;
+    for (size_t i = 0; i < sizeof(COPIED) / sizeof(COPIED[0]); i++) {
+        const object_t *ob = &COPIED[i];
+        first = 1;
+        for (int j = 0; j < ob->n; j++) {
+            if (!HAS(S, ob->m[j].f))
+                continue;
+            if (first)
+                o_put(o, ob->open, ob->open_n);
+            o_member(o, &first, ob->m[j].key, ob->m[j].key_n, S, data, ob->m[j].f);
+        }
+        if (!first)
+            O_LIT(o, "}");
+    }
+    if (S->found & (1u << F_REQ_ID | 1u << F_REQ_METHOD | 1u << F_STATUS)) {
+        O_LIT(o, ",\"http\":{");
+        if (S->found & (1u << F_REQ_ID | 1u << F_REQ_METHOD)) {
+            first = 1;
+            O_LIT(o, "\"request\":{");
+            if (HAS(S, F_REQ_ID)) {
+                if (S->req_id_is_int) {
+                    first = 0;
+                    O_LIT(o, "\"id\":\"");
+                    o_int(o, S->req_id);
+                    O_LIT(o, "\"");
+                } else {
+                    o_member(o, &first, LIT("\"id\":"), S, data, F_REQ_ID);
+                }
+            }
+            if (HAS(S, F_REQ_METHOD))
+                o_member(o, &first, LIT("\"method\":"), S, data, F_REQ_METHOD);
+            O_LIT(o, "}");
+            if (HAS(S, F_STATUS))
+                O_LIT(o, ",");
+        }
+        if (HAS(S, F_STATUS)) {
+            O_LIT(o, "\"response\":{\"status_code\":");
+            o_src(o, S, data, F_STATUS);
+            O_LIT(o, "}");
+        }
+        O_LIT(o, "}");
+    }
+    if (HAS(S, F_REQ_URL)) {
+        /* url.path and url.query: the raw text before and after its first '?' (req.url has no
+         * escape: take_string), the query only when not empty */
+        const unsigned char *u = data + S->src[F_REQ_URL].at;
+        Py_ssize_t un = S->src[F_REQ_URL].n, q = S->url_q;
+        O_LIT(o, ",\"url\":{\"original\":");
+        o_put(o, u, un);
+        O_LIT(o, ",\"path\":");
+        if (q) {
+            o_put(o, u, q);
+            O_LIT(o, "\"");
+            if (un - q - 1 > 1) {
+                O_LIT(o, ",\"query\":\"");
+                o_put(o, u + q + 1, un - q - 1);
+            }
+        } else {
+            o_put(o, u, un);
+        }
+        O_LIT(o, "}");
+    }
+    if (HAS(S, F_DURATION)) {
+        O_LIT(o, ",\"event\":{\"duration\":");
+        o_int(o, S->duration_ns);
+        O_LIT(o, "}");
+    }
+}
 
 #ifndef SHIPPER_SCAN_ONLY
 
 /* What the bulk pairs of one call are written with (splice's arguments after `events`). */
 typedef struct {
     PyObject *out, *head, *prefix_for, *fallback;
-    const char *inc, *mid, *tail;
-    Py_ssize_t inc_n, mid_n, tail_n;
+    const char *inc, *mid, *host, *tail;
+    Py_ssize_t inc_n, mid_n, host_n, tail_n;
     rules_t R;
     long long cached_sec;
     PyObject *cached_head;     /* owned: prefix_for's answer for cached_sec */
     long long total;           /* bytes appended to out */
 } emit_t;
 
-/* The reserved keys and the time range; 0 with an exception set when they are malformed. */
-static int emit_init(emit_t *E, PyObject *head, PyObject *reserved, long long ms_min, long long ms_max) {
+/* The reserved keys, the time range and the ECS mode; 0 with an exception set when they are malformed. */
+static int emit_init(emit_t *E, PyObject *head, PyObject *reserved, long long ms_min, long long ms_max, int ecs,
+                     unsigned fixed_roots) {
     E->cached_sec = -1;
     E->cached_head = NULL;
     E->total = 0;
@@ -638,6 +1042,12 @@ static int emit_init(emit_t *E, PyObject *head, PyObject *reserved, long long ms
         PyErr_SetString(PyExc_TypeError, "head: bytes or None");
         return 0;
     }
+    if (ecs < ECS_OFF || ecs > ECS_REPLACE) {
+        PyErr_SetString(PyExc_ValueError, "ecs: 0 (off), 1 (add) or 2 (replace)");
+        return 0;
+    }
+    E->R.ecs = ecs;
+    E->R.fixed_roots = fixed_roots;
     set_time_range(&E->R, ms_min, ms_max);
     E->R.n = (int)PyTuple_GET_SIZE(reserved);
     if (E->R.n > MAX_RESERVED) {
@@ -700,13 +1110,21 @@ static inline const char *level_text(const scan_t *S, Py_ssize_t *n) {
 }
 
 /* The bytes of the pair of a line the scan took, after the action head `hd`. */
-static Py_ssize_t pair_size(const emit_t *E, const scan_t *S, long long start, PyObject *hd) {
+static Py_ssize_t pair_size(const emit_t *E, const scan_t *S, const unsigned char *data, long long start, PyObject *hd) {
     char sb[24];
     int sb_n = fmt_uint(sb, start);
     Py_ssize_t lv_n;
     level_text(S, &lv_n);
     Py_ssize_t body_n = S->body_end - 1;  /* the line from after its '{' to its '}' */
-    Py_ssize_t size = PyBytes_GET_SIZE(hd) + E->inc_n + sb_n + TS_LEN + E->mid_n + sb_n + lv_n + E->tail_n + body_n + 1;
+    Py_ssize_t size = PyBytes_GET_SIZE(hd) + E->inc_n + sb_n + TS_LEN + E->mid_n + sb_n + lv_n + E->host_n + 1
+        + E->tail_n + body_n + 1;
+    if (S->found) {
+        out_t o = {NULL, 0};
+        write_ecs(&o, S, data);
+        size += o.n;
+        if (HAS(S, F_HOSTNAME))
+            size += (Py_ssize_t)(sizeof(HOSTNAME_KEY) - 1) + S->src[F_HOSTNAME].n;
+    }
     if (S->level_str.n)
         size += (Py_ssize_t)(sizeof(LEVEL_KEY) - 1) + S->level_str.n + 1 - lv_n;
     if (S->msg.n)
@@ -735,6 +1153,19 @@ static char *write_pair(const emit_t *E, const scan_t *S, const unsigned char *d
     } else {
         w = put(w, lv, lv_n);
     }
+    w = put(w, E->host, E->host_n);
+    if (S->found) {
+        if (HAS(S, F_HOSTNAME)) {
+            w = put(w, HOSTNAME_KEY, sizeof(HOSTNAME_KEY) - 1);
+            w = put(w, data + S->src[F_HOSTNAME].at, S->src[F_HOSTNAME].n);
+        }
+        *w++ = '}';
+        out_t o = {w, 0};
+        write_ecs(&o, S, data);
+        w += o.n;
+    } else {
+        *w++ = '}';
+    }
     if (S->msg.n) {
         w = put(w, MSG_KEY, sizeof(MSG_KEY) - 1);
         w = put(w, S->msg.p, S->msg.n);
@@ -750,7 +1181,7 @@ static int emit_pair(emit_t *E, const scan_t *S, const unsigned char *data, long
     PyObject *hd = pair_head(E, S);
     if (hd == NULL)
         return 0;
-    Py_ssize_t size = pair_size(E, S, start, hd);
+    Py_ssize_t size = pair_size(E, S, data, start, hd);
     PyObject *pair = PyBytes_FromStringAndSize(NULL, size);
     if (pair == NULL)
         return 0;
@@ -764,13 +1195,15 @@ static int emit_pair(emit_t *E, const scan_t *S, const unsigned char *data, long
 static PyObject *splice(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *events_arg, *events, *head, *reserved;
     long long ms_min, ms_max;
+    int ecs;
+    unsigned int fixed_roots;
     emit_t E;
-    if (!PyArg_ParseTuple(args, "O!O!OOy#y#y#O!OLL", &PyList_Type, &events_arg, &PyList_Type, &E.out, &head,
-                          &E.prefix_for, &E.inc, &E.inc_n, &E.mid, &E.mid_n, &E.tail, &E.tail_n, &PyTuple_Type,
-                          &reserved, &E.fallback, &ms_min, &ms_max))
+    if (!PyArg_ParseTuple(args, "O!O!OOy#y#y#y#O!OLL(iI)", &PyList_Type, &events_arg, &PyList_Type, &E.out, &head,
+                          &E.prefix_for, &E.inc, &E.inc_n, &E.mid, &E.mid_n, &E.host, &E.host_n, &E.tail, &E.tail_n,
+                          &PyTuple_Type, &reserved, &E.fallback, &ms_min, &ms_max, &ecs, &fixed_roots))
         return NULL;
     E.head = head;
-    if (!emit_init(&E, head, reserved, ms_min, ms_max))
+    if (!emit_init(&E, head, reserved, ms_min, ms_max, ecs, fixed_roots))
         return NULL;
 
     /* our own list of the events: the bytes the scan points into stay alive whatever the
@@ -987,7 +1420,7 @@ done:
 /* ---------------------------------------------------------------- split and splice at once
  *
  * split_splice(chunk, carry, pos, limit, truncated_flag, sniff,
- *              out, counts, head, prefix_for, inc, mid, tail, reserved, fallback, ms_min, ms_max)
+ *              out, counts, head, prefix_for, inc, mid, host, tail, reserved, fallback, ms_min, ms_max, ecs)
  *     -> (pos, tail_index, lines, first_start, last_end, nbytes, pairs) or None
  * The same as `lines, pos, tail_index = split_lines(chunk, carry, pos, limit, truncated_flag)`
  * followed by `nbytes = splice(lines, out, head, ...)`, with the same bytes in the same order
@@ -1020,10 +1453,13 @@ static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
     long truncated;
     PyObject *head, *reserved, *sniff, *counts;
     long long ms_min, ms_max;
+    int ecs;
+    unsigned int fixed_roots;
     emit_t E;
-    if (!PyArg_ParseTuple(args, "y*y*LnlOO!O!OOy#y#y#O!OLL", &cb, &carry_b, &pos, &limit, &truncated, &sniff,
+    if (!PyArg_ParseTuple(args, "y*y*LnlOO!O!OOy#y#y#y#O!OLL(iI)", &cb, &carry_b, &pos, &limit, &truncated, &sniff,
                           &PyList_Type, &E.out, &PyDict_Type, &counts, &head, &E.prefix_for, &E.inc, &E.inc_n, &E.mid, &E.mid_n,
-                          &E.tail, &E.tail_n, &PyTuple_Type, &reserved, &E.fallback, &ms_min, &ms_max))
+                          &E.host, &E.host_n, &E.tail, &E.tail_n, &PyTuple_Type, &reserved, &E.fallback, &ms_min, &ms_max,
+                          &ecs, &fixed_roots))
         return NULL;
     E.head = head;
     E.cached_head = NULL;
@@ -1037,7 +1473,7 @@ static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
     const unsigned char *c = cb.buf, *carry = carry_b.buf;
     Py_ssize_t cn = cb.len, carry_n = carry_b.len;
     const unsigned char *p = c, *end = c + cn;
-    if (!emit_init(&E, head, reserved, ms_min, ms_max) || !split_args_ok(limit, pos, cn, carry_n))
+    if (!emit_init(&E, head, reserved, ms_min, ms_max, ecs, fixed_roots) || !split_args_ok(limit, pos, cn, carry_n))
         goto done;
     /* the lines and their scans, without the GIL: the buffers stay exported to us meanwhile */
     Py_BEGIN_ALLOW_THREADS
@@ -1148,7 +1584,7 @@ static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
             }
             if (h != hd)
                 break;
-            size += pair_size(&E, &scans[j], lines[j].start, hd);
+            size += pair_size(&E, &scans[j], lines[j].p, lines[j].start, hd);
             j++;
         }
         PyObject *run = PyBytes_FromStringAndSize(NULL, size);

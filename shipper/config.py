@@ -41,6 +41,7 @@ LOGSENE_RECEIVER_EU = "https://logsene-receiver.eu.sematext.com"
 
 Format = Literal["auto", "json", "text", "regex", "docker", "cri"]
 DocumentIdMode = Literal["auto", "none"]
+EcsMode = Literal["add", "replace", "off"]
 StartAt = Literal["beginning", "end"]
 Symlinks = Literal["owner", "all", "none"]     # `symlinks: owner | true | false` (SPEC, Trust boundaries)
 
@@ -89,6 +90,7 @@ class InputConfig:
     close_inactive_s: float = 300.0
     symlinks: Symlinks = "owner"              # which symbolic links are followed: see tail/opening.py
     journald: JournaldConfig | None = None    # set: a journald input (and `paths` is empty)
+    ecs: EcsMode = "add"                      # the ECS fields of pino/bunyan/pino-http keys (parse/ecs.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +257,7 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         close_inactive_s=s.duration("close_inactive", _INPUT_DEFAULTS.close_inactive_s, positive=True),
         symlinks=_symlinks(s, lines),
         journald=journald,
+        ecs=_ecs(s),
     )
     s.finish()
     return cfg
@@ -273,6 +276,13 @@ def _symlinks(s: _Section, lines: _Lines) -> Symlinks:
     if v is False:
         return "none"
     raise lines.error(s.key("symlinks"), f"expected owner, true or false, got {v!r}")
+
+
+def _ecs(s: _Section) -> EcsMode:
+    if s.raw("ecs") is False:               # YAML 1.1 reads a bare `off` as false
+        return "off"
+    mode: EcsMode = s.string("ecs", _INPUT_DEFAULTS.ecs, ("add", "replace", "off"))
+    return mode
 
 
 def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:

@@ -27,6 +27,7 @@ from shipper.parse.doc_values import (
     _merge,
     _usable,
 )
+from shipper.parse.ecs import splice_parts
 from shipper.parse.timeparse import format_timestamp
 
 if TYPE_CHECKING:
@@ -130,8 +131,8 @@ class ContainerDocs:
         if mid is None:
             if len(self._stream_mid) > 4096:
                 self._stream_mid.clear()
-            mid = (b',"host":{"name":' + d._dumps(b.host_name) + b'},"log":{"stream":' + d._dumps(stream)
-                   + b',"file":{"path":' + d._dumps(path) + b'},"offset":')
+            mid = (b',"log":{"stream":' + d._dumps(stream) + b',"file":{"path":' + d._dumps(path)
+                   + b'},"offset":')
             self._stream_mid[key] = mid
         by_start: dict[int, ContainerEvent] = {}
 
@@ -141,8 +142,9 @@ class ContainerDocs:
             return self._build_record(incarnation, path, by_start[ev[0]], now, out)
 
         n: int = self.native([r[:4] for r in records], out, b._static_prefix, b._prefix_at_second,
-                             incarnation.encode() + b"-", mid, self._path_meta_bytes(path) + b._fields_bytes + b",",
-                             self._reserved_bytes, one, _FAST_MS_MIN, _FAST_MS_MAX)
+                             incarnation.encode() + b"-", mid, b._host_bytes,
+                             self._path_meta_bytes(path) + b._fields_bytes + b",",
+                             self._reserved_bytes, one, _FAST_MS_MIN, _FAST_MS_MAX, b._ecs_arg)
         return n
 
     def _build_record(self, incarnation: str, path: str, ev: ContainerEvent, now: float, out: list[bytes]) -> int:
@@ -199,6 +201,9 @@ class ContainerDocs:
             return -1
         if type(obj) is not dict or not obj or not reserved.isdisjoint(obj):
             return -1
+        ecs_parts = splice_parts(obj, b.ecs, b.ecs_fixed)
+        if ecs_parts is None:
+            return -1
         if b.line_filter is not None and not b.line_filter.keep(data.decode("utf-8", "replace")):
             return 0
         static_prefix = b._static_prefix
@@ -234,6 +239,7 @@ class ContainerDocs:
         sb = b"%d" % start
         pair = b"".join((static_prefix or b._prefix(b.router.route(obj, t)), inc, b"-", sb, tsp, ts,
                          b._path_bytes(path), sb, self._stream_bytes.get(stream) or b',"stream":' + d._dumps(stream),
-                         lvb, meta, b._fields_bytes, b",", body[1:]))
+                         lvb, b._host_bytes, ecs_parts[0], b"}", ecs_parts[1], meta, b._fields_bytes, b",",
+                         body[1:]))
         out.append(pair)
         return len(pair)

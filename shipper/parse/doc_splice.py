@@ -13,6 +13,7 @@ import orjson
 
 from shipper.model import Line
 from shipper.parse.doc_values import _FAST_MS_MAX, _FAST_MS_MIN, _LEVEL_BYTES, _MS_TEXT, SourceEvent, _event_time
+from shipper.parse.ecs import splice_parts
 from shipper.parse.timeparse import format_timestamp
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ def build_general(b: DocBuilder, incarnation: str, path: str, events: list[Line]
     level_bytes = _LEVEL_BYTES
     tail = b._fields_bytes + b","
     mid = b._path_bytes(path)
+    host = b._host_bytes
+    ecs = b.ecs
+    ecs_fixed = b.ecs_fixed
     inc = incarnation.encode() + b"-"
     d: Any
     for start, _end, data, flags in events:
@@ -51,9 +55,11 @@ def build_general(b: DocBuilder, incarnation: str, path: str, events: list[Line]
                 d = None
             else:
                 if ("@timestamp" not in d and "log" not in d and "host" not in d and d
-                        and (field_keys is None or field_keys.isdisjoint(d))):
+                        and (field_keys is None or field_keys.isdisjoint(d))
+                        and (ecs_parts := splice_parts(d, ecs, ecs_fixed)) is not None):
                     if line_filter is not None and not line_filter.keep(data.decode("utf-8", "replace")):
                         continue
+                    hostname, ecs_members = ecs_parts
                     t = 0.0
                     tm = d.get("time")
                     if type(tm) is int and _FAST_MS_MIN <= tm < _FAST_MS_MAX:
@@ -79,10 +85,12 @@ def build_general(b: DocBuilder, incarnation: str, path: str, events: list[Line]
                     msg = d.get("msg")
                     if msg is None or "message" in d:
                         pair = join((static_prefix or prefix(route(d, t)), inc, sb, tsp, ts, mid, sb, lvb,
-                                     tail, dumps(d, option=orjson.OPT_APPEND_NEWLINE)[1:]))
+                                     host, hostname, b"}", ecs_members, tail,
+                                     dumps(d, option=orjson.OPT_APPEND_NEWLINE)[1:]))
                     else:
                         pair = join((static_prefix or prefix(route(d, t)), inc, sb, tsp, ts, mid, sb, lvb,
-                                     b',"message":', dumps(msg), tail, dumps(d, option=orjson.OPT_APPEND_NEWLINE)[1:]))
+                                     host, hostname, b"}", ecs_members, b',"message":', dumps(msg), tail,
+                                     dumps(d, option=orjson.OPT_APPEND_NEWLINE)[1:]))
                     nbytes += len(pair)
                     append(pair)
                     continue

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from shipper import native
-from shipper.config import InputConfig
+from shipper.config import EcsMode, InputConfig
 from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED, Line, SplitBuild
 from shipper.parse.doc_splice import build_general, build_source
 from shipper.parse.doc_values import (
@@ -35,6 +35,8 @@ from shipper.parse.doc_values import (
     _merge,
     _usable,
 )
+from shipper.parse.ecs import ROOTS as ECS_ROOTS
+from shipper.parse.ecs import apply_ecs, root_mask
 from shipper.parse.index import IndexRouter
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
@@ -51,6 +53,8 @@ native_split_splice = native.split_splice   # the same, fused with line splittin
 _ADDED_KEYS = frozenset(("@timestamp", "log", "host", "message"))
 _SPLICE_BLOCKERS = frozenset(("@timestamp", "log", "host"))
 _FIELD_REF_RE = re.compile(r"\{([^{}|]+)(?:\|[^{}]*)?\}")
+
+_ECS_CODE = {"off": 0, "add": 1, "replace": 2}     # the C path's `ecs` argument
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -70,6 +74,12 @@ class DocBuilder:
         self.fields = dict(inp.fields)
         self._fields_flat = not any(isinstance(v, (dict, list)) for v in self.fields.values())
         self.host_name = host_name
+        self.ecs: EcsMode = inp.ecs
+        # the ECS objects the input's fields write (merged after the mapping): a line with an ECS
+        # field for one of them is built whole, where the two merge (`ecs.splice_parts`)
+        self.ecs_fixed = frozenset(k for k in inp.fields if isinstance(k, str)) & ECS_ROOTS
+        self._ecs_arg = (_ECS_CODE[inp.ecs], root_mask(self.ecs_fixed))    # the C path's `ecs`
+        self._host_bytes = b',"host":{"name":' + _dumps(host_name)   # host's start: hostname may follow
         self.router = IndexRouter(inp.index or default_index)
         self.regex: Any = None
         if inp.format == "regex" and inp.pattern:
@@ -134,8 +144,7 @@ class DocBuilder:
         if mid is None:
             if len(self._path_mid) > 4096:
                 self._path_mid.clear()
-            mid = (b',"host":{"name":' + _dumps(self.host_name) + b'},"log":{"file":{"path":' + _dumps(path)
-                   + b'},"offset":')
+            mid = b',"log":{"file":{"path":' + _dumps(path) + b'},"offset":'
             self._path_mid[path] = mid
         return mid
 
@@ -175,7 +184,7 @@ class DocBuilder:
         (`to_doc`) but without `log.file.path`/`log.offset`: `ev.time` is the time when the line
         gives none, `ev.added` is merged where the line has nothing yet, `ev.host_name` (when
         set) is `host.name`. None when a line filter drops it."""
-        r = self._parse(ev.data, ev.flags, ev.time, None, as_text)
+        r = self._parse(ev.data, ev.flags, ev.time, None, as_text, taken=ev.added or None)
         if r is None:
             return None
         doc, t, log, fl, bad_ts = r
@@ -187,11 +196,12 @@ class DocBuilder:
         return out
 
     def _parse(self, data: bytes, flags: int, now: float, parsed: dict[str, Any] | None, as_text: bool,
-               container: tuple[str, dict[str, Any] | None] | None = None,
+               container: tuple[str, dict[str, Any] | None] | None = None, taken: dict[str, Any] | None = None,
                ) -> tuple[dict[str, Any], float, dict[str, Any], list[str] | None, Any] | None:
         """The line's own content: parsed fields, @timestamp, the input's fields, `log` (a dict
         in the doc) with the line's level. -> (doc, time, log, flags to add, bad @timestamp).
-        `container`: (path, docker attrs) of a container record, whose fields go in before the input's."""
+        `container`: (path, docker attrs) of a container record, whose fields go in before the input's.
+        `taken`: a source's fields, added after this, that no ECS field takes the place of."""
         fl: list[str] | None = ["json_parse_failed"] if as_text else None
         obj: Any = parsed
         fmt = self._line_format
@@ -218,6 +228,8 @@ class DocBuilder:
             doc: dict[str, Any] = obj
             if self.line_filter is not None and not self.line_filter.keep(data.decode("utf-8", "replace")):
                 return None
+            if self.ecs != "off":
+                apply_ecs(doc, self.ecs, taken)
             ts_text = None
             # a line's own @timestamp that is no time (text in no known layout, a bool, years past
             # 9999) cannot be indexed as a date: replaced, but kept and flagged, never silently lost
@@ -377,8 +389,8 @@ class DocBuilder:
             return self._as_text(incarnation, path, ev, now, out)
 
         rest = (out, counts, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
-                self._path_bytes(path), self._fields_bytes + b",", self._reserved_bytes, one,
-                _FAST_MS_MIN, _FAST_MS_MAX)
+                self._path_bytes(path), self._host_bytes, self._fields_bytes + b",", self._reserved_bytes, one,
+                _FAST_MS_MIN, _FAST_MS_MAX, self._ecs_arg)
 
         def split(chunk: Any, carry: bytes, pos: int, limit: int, flag: int) -> tuple[int, int, int, int, int, int, int] | None:
             return fused(chunk, carry, pos, limit, flag, sniff, *rest)  # type: ignore[no-any-return]
@@ -413,8 +425,8 @@ class DocBuilder:
         native = self._native
         assert native is not None
         return int(native(events, out, self._static_prefix, self._prefix_at_second, incarnation.encode() + b"-",
-                            self._path_bytes(path), self._fields_bytes + b",", self._reserved_bytes, one,
-                            _FAST_MS_MIN, _FAST_MS_MAX))
+                          self._path_bytes(path), self._host_bytes, self._fields_bytes + b",", self._reserved_bytes,
+                          one, _FAST_MS_MIN, _FAST_MS_MAX, self._ecs_arg))
 
     def _prefix_at_second(self, sec: int) -> bytes:
         """The action's start for an event in epoch second `sec` (an index named by time alone)."""

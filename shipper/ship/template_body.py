@@ -15,7 +15,7 @@ from shipper.config import Config
 from shipper.parse.index import IndexRouter
 
 TEMPLATE_NAME = "shipper"
-TEMPLATE_VERSION = 1
+TEMPLATE_VERSION = 2             # 2: the ECS fields of pino, pino-http and OpenTelemetry (issue 43)
 # Elasticsearch's built-in data-stream templates (`logs-*-*` ...) have priority 100. A pattern as
 # narrow as one application's (`logs-app-*`, a data stream's own name) goes above them, so its
 # daily indices stay plain indices instead of each becoming a data stream; a broad one (`logs-*`)
@@ -164,6 +164,12 @@ def _obj(**props: Any) -> dict[str, Any]:
     return {"properties": props}
 
 
+def _ecs_dynamic(long_: dict[str, Any], text: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [("trace.id", _kw()), ("span.id", _kw()), ("transaction.id", _kw()), ("service.name", _kw()),
+            ("error.type", _kw()), ("error.message", text), ("error.stack_trace", text),
+            ("client.address", _kw()), ("client.port", long_), ("event.duration", long_)]
+
+
 def build_template(cfg: Config, dist: Distribution) -> dict[str, Any]:
     """The body of `PUT _index_template/shipper` for this config and distribution."""
     patterns = index_patterns(cfg)
@@ -173,6 +179,11 @@ def build_template(cfg: Config, dist: Distribution) -> dict[str, Any]:
         "dynamic_templates": [
             {"kubernetes_as_keyword": {"path_match": "kubernetes.*", "match_mapping_type": "string", "mapping": _kw()}},
             {"container_as_keyword": {"path_match": "container.*", "match_mapping_type": "string", "mapping": _kw()}},
+            # the ECS fields of pino lines (parse/ecs.py) under objects an application's own lines
+            # often hold as plain values (`"event": "login"`, `"error": "boom"`): typed when they
+            # appear, so such a line still indexes where no ECS field of that object came first
+            *({f"ecs_{path.replace('.', '_')}": {"path_match": path, "mapping": m}}
+              for path, m in _ecs_dynamic(long_, text)),
             # like Beats: other strings are keywords (aggregations, exact filters), `message` is the text
             {"strings_as_keyword": {"match_mapping_type": "string", "mapping": _kw()}},
         ],
@@ -187,9 +198,9 @@ def build_template(cfg: Config, dist: Distribution) -> dict[str, Any]:
             "process": _obj(pid=long_, name=_kw()),
             "kubernetes": _obj(namespace=_kw(), pod=_obj(name=_kw())),
             "container": _obj(name=_kw(), id=_kw()),
-            "http": _obj(request=_obj(method=_kw(), referrer=_kw()), version=_kw(),
+            "http": _obj(request=_obj(id=_kw(), method=_kw(), referrer=_kw()), version=_kw(),
                          response=_obj(status_code=long_, body=_obj(bytes=long_))),
-            "url": _obj(original=_kw()),
+            "url": _obj(original=_kw(), path=_kw(), query=_kw()),
             "source": _obj(address=_kw()),
             "user": _obj(name=_kw()),
             "user_agent": _obj(original=_kw()),

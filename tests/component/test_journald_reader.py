@@ -397,7 +397,8 @@ async def test_a_pino_message_gives_the_file_document(tmp_path: Path) -> None:
     assert fr is not None
     expected = fr[0]
     del expected["log"]["file"], expected["log"]["offset"]
-    expected.update(host={"name": "node-1"}, systemd={"unit": "node.service"}, process={"pid": 7})
+    expected["host"]["name"] = "node-1"          # host.hostname stays the line's (ecs: add)
+    expected.update(systemd={"unit": "node.service"}, process={"pid": 7})
     expected["log"]["syslog"] = {"priority": 6}
     assert r[0] == expected
     out: list[bytes] = []

@@ -94,6 +94,56 @@ async def test_installed_before_the_first_bulk_and_the_mapping_is_shippers(es: E
     assert sorted(d["_source"]["seq"] for d in es.all_docs("logs-*")) == list(range(10))
 
 
+ECS_TYPES = {
+    "trace.id": "keyword", "span.id": "keyword", "transaction.id": "keyword", "error.type": "keyword",
+    "error.message": "text", "error.stack_trace": "text", "process.pid": "long", "host.hostname": "keyword",
+    "service.name": "keyword", "http.request.id": "keyword", "http.request.method": "keyword",
+    "url.original": "keyword", "url.path": "keyword", "url.query": "keyword", "client.address": "keyword",
+    "client.port": "long", "user_agent.original": "keyword", "http.response.status_code": "long",
+    "event.duration": "long",
+}
+
+
+async def test_the_template_maps_every_ecs_field_as_spec_says(es: ES) -> None:
+    """Probe documents built from real pino-http lines (tests/fixtures/pino) with `ecs: add`, and one
+    with every field (transaction.id too), go into an index the installed template covers: the
+    index's mapping has each ECS field with SPEC's type, not what dynamic mapping would guess."""
+    from shipper.parse.document import DocBuilder
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "pino" / "lines.ndjson"
+    lines = fixture.read_bytes().splitlines()
+    lines.append(b'{"level":30,"time":1796529483413,"transaction_id":"t1","trace_id":"a","err":{"type":"E",'
+                 b'"message":"m","stack":"s"},"req":{"id":5,"url":"/a?b=c","remotePort":1},"msg":"all"}')
+    cfg = config(es.url)
+    out: list[bytes] = []
+    DocBuilder(cfg.inputs[0], "ecs-probe-2026.12.01", "h").build(
+        "0123456789ab", "/var/log/a.log", [(i * 10, i * 10 + 1, ln, 0) for i, ln in enumerate(lines)], NOW, out)
+    s, gate = sender(load_config_text(f"inputs: [{{paths: ['/var/log/a.log']}}]\noutput:\n  elasticsearch:\n"
+                                      f"    hosts: ['{es.url}']\n    index: 'ecs-probe-%Y.%m.%d'\n"))
+    try:
+        assert await s.deliver(Batch(b"".join(out), False, len(out))) == []
+    finally:
+        await s.client.close()
+    assert gate.result is not None and gate.result.state == "installed"
+    mapping = es.request("GET", "/ecs-probe-2026.12.01/_mapping")["ecs-probe-2026.12.01"]["mappings"]
+    for field, want in ECS_TYPES.items():
+        node: Any = mapping
+        for part in field.split("."):
+            node = node["properties"][part]
+        assert node["type"] == want, (field, node)
+    assert len(es.all_docs("ecs-probe-*")) == len(lines)
+    # an application's own `event`, `error`, `service` as plain values still index: the template
+    # types those ECS fields when they appear, it does not make the objects
+    plain = (b'{"create":{"_index":"ecs-probe-2026.12.02","_id":"p1"}}\n'
+             b'{"@timestamp":"2026-12-02T10:00:00.000Z","event":"login","error":"boom","service":"api",'
+             b'"trace":"t","client":"c","span":1,"transaction":true}\n')
+    s, _ = sender(load_config_text(f"inputs: [{{paths: ['/var/log/a.log']}}]\noutput:\n  elasticsearch:\n"
+                                   f"    hosts: ['{es.url}']\n    index: 'ecs-probe-%Y.%m.%d'\n"))
+    try:
+        assert await s.deliver(Batch(plain, False, 1)) == []
+    finally:
+        await s.client.close()
+
+
 async def test_an_existing_template_is_left_alone_unless_forced(es: ES) -> None:
     mine = {"index_patterns": ["logs-*"], "priority": 90,
             "template": {"mappings": {"properties": {"message": {"type": "keyword"}}}}}

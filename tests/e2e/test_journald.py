@@ -114,7 +114,7 @@ def test_entries_appended_while_running_arrive_once_with_the_journal_fields(
         assert hit["_id"] == id_of(cursors[seq])
         assert src["@timestamp"] == iso_ms(T0_MS + seq)
         assert src["message"] == "request completed"
-        assert src["host"] == {"name": "testhost"}
+        assert src["host"] == {"name": "testhost", "hostname": "testhost"}     # _HOSTNAME; the line's (ecs)
         assert src["systemd"] == {"unit": "app.service"} and src["process"] == {"pid": 4242}
         # pino's level wins over PRIORITY for log.level; the priority is kept as a number
         assert src["log"] == {"level": "info", "syslog": {"priority": 3 if seq >= 20 and seq % 2 else 6}}
@@ -374,7 +374,9 @@ def test_a_pino_message_gives_the_same_document_as_the_same_line_in_a_file(
     expected = dict(from_file)
     expected["log"] = {k: v for k, v in from_file["log"].items() if k not in ("file", "offset")}
     expected["log"]["syslog"] = {"priority": 6}
-    expected.update(host={"name": "node-1"}, systemd={"unit": "node.service"}, process={"pid": 31337})
+    # the journal's _HOSTNAME and _PID win over the line's hostname and pid; host.hostname stays the line's (ecs)
+    expected.update(host={"name": "node-1", "hostname": "testhost"}, systemd={"unit": "node.service"},
+                    process={"pid": 31337})
     assert from_journal == expected
     status = d.status_json()
     assert [f["path"] for f in status["files"]] == [str(logs / "app.log")] and len(status["journald"]) == 1

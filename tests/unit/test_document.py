@@ -46,7 +46,8 @@ def test_pino_line() -> None:
     assert d["@timestamp"] == "2026-09-21T14:13:20.123Z"
     assert d["message"] == "disk almost full" and d["msg"] == "disk almost full"
     assert d["log"] == {"level": "warn", "file": {"path": PATH}, "offset": 1234}
-    assert d["host"] == {"name": "web-1"}
+    assert d["host"] == {"name": "web-1", "hostname": "h"}     # ecs: add (the default) maps hostname and pid
+    assert d["process"] == {"pid": 7}
     assert d["env"] == "prod" and d["pid"] == 7 and d["hostname"] == "h" and d["seq"] == 3 and d["level"] == 40
 
 

@@ -235,7 +235,7 @@ def test_the_corpus_exercises_both_paths() -> None:
     fast, _ = both(builder(), _events(CORPUS))
     spliced = [p for p in fast if p.split(b"\n")[1].startswith(b'{"@timestamp":')]
     assert 30 < len(spliced) < len(fast) - 20
-    assert fast[0].split(b"\n")[1].startswith(b'{"@timestamp":"2026-09-21T14:13:20.123Z","host":')
+    assert fast[0].split(b"\n")[1].startswith(b'{"@timestamp":"2026-09-21T14:13:20.123Z","log":')
 
 
 @pytest.mark.parametrize("cfg", [{"index": "lv-{log.level}"}, {"fields": {"message": "m"}},

@@ -20,7 +20,8 @@ splice = getattr(native.module, "splice", None)   # None: not built, test_splice
 pytestmark = pytest.mark.skipif(splice is None, reason="not built: tests/unit/test_splice.py fails on it")
 
 HEAD = b'{"create":{"_index":"x","_id":"'
-MID = b',"host":{"name":"h"},"log":{"file":{"path":"/p"},"offset":'
+MID = b',"log":{"file":{"path":"/p"},"offset":'
+HOST = b',"host":{"name":"h"'
 RESERVED = (b"@timestamp", b"log", b"host")
 PINO = b'{"level":30,"time":1790000000123,"pid":7,"hostname":"h","msg":"hello","seq":1}'
 
@@ -40,7 +41,7 @@ def run(lines: list[bytes], *, head: bytes | None = HEAD, tail: bytes = b",",
     def prefix_for(sec: int) -> bytes:
         return b'{"create":{"_index":"s%d","_id":"' % sec
 
-    n = splice(events, out, head, prefix_for, b"inc-", MID, tail, reserved, fallback, _FAST_MS_MIN, _FAST_MS_MAX)
+    n = splice(events, out, head, prefix_for, b"inc-", MID, HOST, tail, reserved, fallback, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
     assert n == sum(map(len, out))
     return out, handed
 
@@ -48,7 +49,7 @@ def run(lines: list[bytes], *, head: bytes | None = HEAD, tail: bytes = b",",
 def test_a_pino_line_is_passed_through_after_the_added_fields() -> None:
     out, handed = run([PINO])
     assert handed == []
-    assert out == [HEAD + b'inc-0"}}\n{"@timestamp":"2026-09-21T14:13:20.123Z"' + MID + b'0,"level":"info"}'
+    assert out == [HEAD + b'inc-0"}}\n{"@timestamp":"2026-09-21T14:13:20.123Z"' + MID + b'0,"level":"info"}' + HOST + b'}'
                    b',"message":"hello",' + PINO[1:] + b"\n"]
 
 
@@ -108,8 +109,8 @@ def test_an_index_named_by_time_asks_for_the_action_once_per_second() -> None:
 
     lines = [b'{"time":%d}' % ms for ms in (1790000000001, 1790000000999, 1790000001000, 1790000001500)]
     out: list[bytes] = []
-    splice([(0, 1, ln, 0) for ln in lines], out, None, prefix_for, b"i-", MID, b",", RESERVED,
-           lambda ev: 0, _FAST_MS_MIN, _FAST_MS_MAX)
+    splice([(0, 1, ln, 0) for ln in lines], out, None, prefix_for, b"i-", MID, HOST, b",", RESERVED,
+           lambda ev: 0, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
     assert calls == [1790000000, 1790000001]
     assert [p.split(b'"')[5] for p in out] == [b"s1790000000"] * 2 + [b"s1790000001"] * 2
 
@@ -119,10 +120,10 @@ def test_errors_from_python_propagate() -> None:
         raise TypeError("from the fallback")
 
     with pytest.raises(TypeError, match="from the fallback"):
-        splice([(0, 1, b"text", 0)], [], HEAD, None, b"i-", MID, b",", RESERVED, boom, _FAST_MS_MIN, _FAST_MS_MAX)
+        splice([(0, 1, b"text", 0)], [], HEAD, None, b"i-", MID, HOST, b",", RESERVED, boom, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
     with pytest.raises(TypeError, match="prefix_for"):
-        splice([(0, 1, PINO, 0)], [], None, lambda s: "str", b"i-", MID, b",", RESERVED, boom,
-               _FAST_MS_MIN, _FAST_MS_MAX)
+        splice([(0, 1, PINO, 0)], [], None, lambda s: "str", b"i-", MID, HOST, b",", RESERVED, boom,
+               _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
 
 
 # ---------------------------------------------------------------- mutations of real lines
@@ -216,7 +217,7 @@ def test_a_fallback_that_empties_the_events_list_changes_nothing() -> None:
         return 0
 
     out: list[bytes] = []
-    splice(events, out, HEAD, None, b"i-", MID, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX)
+    splice(events, out, HEAD, None, b"i-", MID, HOST, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
     assert len(out) == 2 and out[1].endswith(PINO[1:] + b"\n") and b'"_id":"i-200"' in out[1]
 
 
@@ -346,8 +347,8 @@ def test_time_is_clamped_to_a_4_digit_year_whatever_ms_max(ms_max: int) -> None:
         handed.append(ev[0])
         return 0
 
-    splice([(i, i + 1, ln, 0) for i, ln in enumerate(lines)], out, HEAD, None, b"i-", MID, b",", RESERVED,
-           fallback, _FAST_MS_MIN, ms_max)
+    splice([(i, i + 1, ln, 0) for i, ln in enumerate(lines)], out, HEAD, None, b"i-", MID, HOST, b",", RESERVED,
+           fallback, _FAST_MS_MIN, ms_max, (0, 0))
     if ms_max > last:
         assert handed == [1, 2]
         assert b'{"@timestamp":"9999-12-31T23:59:59.999Z",' in out[0]
@@ -368,7 +369,7 @@ def test_huge_flags_and_offsets_are_handed_over_without_an_error() -> None:
         handed.append(ev[0])
         return 0
 
-    splice(events, out, HEAD, None, b"i-", MID, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX)
+    splice(events, out, HEAD, None, b"i-", MID, HOST, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
     assert handed == [0, 2**63, -1, 2**64 + 7] and len(out) == 1 and b'"_id":"i-5"' in out[0]
 
 

@@ -134,7 +134,17 @@ def test_the_template_maps_what_spec_lists_for_elasticsearch_8() -> None:
     dyn = {next(iter(d)): next(iter(d.values())) for d in m["dynamic_templates"]}
     assert dyn["kubernetes_as_keyword"]["path_match"] == "kubernetes.*"
     assert dyn["container_as_keyword"]["path_match"] == "container.*"
-    assert all(d["mapping"]["type"] == "keyword" for d in dyn.values())
+    # SPEC, ECS fields for pino: "keywords; numbers for process.pid, client.port,
+    # http.response.status_code, event.duration; text for error.message and error.stack_trace"
+    ecs = {d["path_match"]: d["mapping"]["type"] for name, d in dyn.items() if name.startswith("ecs_")}
+    assert ecs == {"trace.id": "keyword", "span.id": "keyword", "transaction.id": "keyword",
+                   "service.name": "keyword", "error.type": "keyword", "error.message": "match_only_text",
+                   "error.stack_trace": "match_only_text", "client.address": "keyword", "client.port": "long",
+                   "event.duration": "long"}
+    assert all(d["mapping"]["type"] == "keyword" for name, d in dyn.items() if not name.startswith("ecs_"))
+    assert list(dyn)[-1] == "strings_as_keyword"          # the ECS paths are matched before it
+    for f in ("http.request.id", "url.path", "url.query", "host.hostname", "user_agent.original"):
+        assert _field(m, f)["type"] == "keyword", f
     assert body["template"]["settings"]["index"]["mapping"]["total_fields"]["limit"] == 10000
 
 
