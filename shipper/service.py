@@ -222,6 +222,10 @@ class Service:
             log.warning("running without the C fast paths: the same documents at about twice the CPU; "
                         + ("SHIPPER_PURE_PYTHON is set" if native.PURE_PYTHON else
                            "installed without them (no compiler?): reinstall with gcc and the Python headers"))
+        for h in self.pipeline.sender.client.hosts:
+            if h.proxy is not None:
+                log.info("output host reached through a proxy",
+                         extra={"host": h.label, "proxy": h.proxy.label, "from": h.proxy_source})
         if self.cfg.output.document_id == "none":
             log.warning(batching.AT_LEAST_ONCE)
         sdnotify.ready()

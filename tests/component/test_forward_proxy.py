@@ -148,3 +148,43 @@ async def test_a_proxy_that_refuses_or_breaks_the_tunnel_is_a_retryable_error(
         finally:
             await client.close()
         assert client.hosts[0].failures == 2
+
+
+async def test_sigv4_without_any_credentials_is_a_retryable_error_naming_the_chain(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    """botocore's chain finds nothing (no variables, no files, metadata off): the request is not
+    sent, and the error says where credentials are looked for; found later, it goes."""
+    from shipper.config import AwsSigV4Config
+
+    for name in [k for k in __import__("os").environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", f"{tmp_path}/none")
+    monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/none")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> None:
+        seen.append(head)
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(BULK_OK), BULK_OK))
+
+    async with ScriptedProxy(answer) as server:       # here the scripted server is the destination
+        cfg = ElasticsearchConfig(hosts=(f"http://127.0.0.1:{server.port}",), compression="none",
+                                  aws_sigv4=AwsSigV4Config("eu-west-1", "es"))
+        client = BulkClient(cfg, Backoff(0.1, 1.0))
+        try:
+            with pytest.raises(TransportError) as e:
+                await client.post_bulk(BODY, False)
+            assert e.value.retryable and "AWS credentials: none found" in str(e.value), e.value
+            assert seen == []
+            monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIALATERLATERLATER1")
+            monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", PASSWORD)
+            reply = await client.post_bulk(BODY, False)
+            assert reply.status == 200
+        finally:
+            await client.close()
+    head = seen[0].decode()
+    assert "Authorization: AWS4-HMAC-SHA256 Credential=AKIALATERLATERLATER1/" in head
+    assert "/_bulk?filter_path=errors%2Citems.%2A.status" in head and "X-Amz-Content-SHA256: " in head
+    assert PASSWORD not in head

@@ -197,6 +197,8 @@ def test_http_through_proxy_url_in_absolute_form_and_no_proxy_goes_direct(
         _arrive(es, "logs-*", 150, t0, d.tail)
         # tinyproxy took absolute-form requests for the destination and passed them on
         assert f"http://127.0.0.1:{fault_proxy.port}/_bulk" in tp.output(), tp.output()
+        started = [r for r in _records(d.output()) if r.get("msg") == "output host reached through a proxy"]
+        assert [(r["proxy"], r["from"]) for r in started] == [(tp.url, "output.elasticsearch.proxy_url")], started
         check = d.cli("check")
         assert f"reached through proxy {tp.url} (from output.elasticsearch.proxy_url)" in check.stdout, check.stdout
         d.terminate()
