@@ -119,6 +119,39 @@ class ElasticsearchConfig:
     host_proxies: tuple[tuple[str, str] | None, ...] = ()
     aws_sigv4: AwsSigV4Config | None = None        # set: every request signed (Amazon OpenSearch)
 
+    def cleartext_credentials(self) -> list[str]:
+        """What credentials would cross the network unencrypted, one sentence each, none of them
+        shown: `password`/`api_key`/a URL's password to an http:// host, and a proxy's password
+        (proxies are http://: its Proxy-Authorization is sent in the clear). For the warning at
+        start and in `shipper check` (SPEC, Trust boundaries)."""
+        from urllib.parse import urlsplit
+        out: list[str] = []
+        for i, host in enumerate(self.hosts):
+            parts = urlsplit(host)
+            shown = _without_userinfo(parts)
+            which = [name for name, v in (("password", self.password), ("api_key", self.api_key)) if v]
+            if parts.password:
+                which.append("the password in the URL")
+            if parts.scheme == "http" and which:
+                out.append(f"credentials ({', '.join(which)}) are sent unencrypted to http://{shown}: "
+                           "anyone on the way can read them; use https://")
+            chosen = self.host_proxies[i] if i < len(self.host_proxies) else None
+            if chosen is not None:
+                origin, proxy = chosen
+                p = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+                if p.username is not None:
+                    line = (f"the proxy's credentials ({origin}) are sent unencrypted to http://{_without_userinfo(p)}"
+                            " (proxies are reached over http://)")
+                    if line not in out:
+                        out.append(line)
+        return out
+
+
+def _without_userinfo(parts: Any) -> str:
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{parts.port}" if parts.port else host
+
 
 @dataclass(frozen=True, slots=True)
 class QueueConfig:

@@ -102,6 +102,12 @@ class StateLock:
             pass
 
 
+def warn_cleartext_credentials(cfg: Config) -> None:
+    """At start: credentials the config would send unencrypted (SPEC, Trust boundaries), never shown."""
+    for detail in cfg.output.cleartext_credentials():
+        log.warning("credentials sent unencrypted", extra={"detail": detail})
+
+
 def register_config_secrets(cfg: Config) -> None:
     register_secret(cfg.output.password)
     register_secret(cfg.output.api_key)
@@ -204,6 +210,7 @@ class Service:
 
     async def startup(self) -> None:
         register_config_secrets(self.cfg)
+        warn_cleartext_credentials(self.cfg)
         self.lock = StateLock(self.cfg.state_dir)
         self.spool = await open_state(self.cfg.state_dir)
         self.pipeline, _files = await build_pipeline(self.cfg, self.spool, self.events, self.clock)

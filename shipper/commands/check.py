@@ -118,6 +118,8 @@ def check(config_path: str) -> int:
             # the probe above went the same way: a proxy that refuses shows as the host's failure
             print(f"output: {host}: reached {routes[host]}")
         ok = ok and up
+    for detail in cfg.output.cleartext_credentials():
+        print(f"output: WARNING: {detail}")
     if not cfg.output.tls.verify and any(h.startswith("https:") for h in cfg.output.hosts):
         print("output: WARNING: TLS verification is off (tls.verify: false)")
     if cfg.output.document_id == "none":

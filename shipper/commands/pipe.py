@@ -29,7 +29,15 @@ from shipper.metrics import Metrics, TelemetryEvents, serve_metrics
 from shipper.model import PipelineStatus
 from shipper.monitor import Monitor
 from shipper.pipeline import Pipeline
-from shipper.service import STATUS_EVERY_S, StateLock, build_pipeline, open_state, register_config_secrets, write_status
+from shipper.service import (
+    STATUS_EVERY_S,
+    StateLock,
+    build_pipeline,
+    open_state,
+    register_config_secrets,
+    warn_cleartext_credentials,
+    write_status,
+)
 from shipper.ship.client import redact_url
 from shipper.sources.stdin import STDIN_PATH, StdinSource
 from shipper.spool import AsyncSpool
@@ -133,6 +141,7 @@ class PipeRun:
     async def run(self) -> int:
         cfg = self.cfg
         register_config_secrets(cfg)
+        warn_cleartext_credentials(cfg)
         lock = StateLock(cfg.state_dir)
         runner = None
         aspool: AsyncSpool | None = None

@@ -156,7 +156,8 @@ def _print_changes(report: Report, done: str, nothing: str) -> None:
 
 def _print_install_summary(opts: SetupOptions, report: Report, host: Host, root: Path | None) -> None:
     _print_changes(report, "done.", "nothing changed; this host is already set up as asked.")
-    print(f"  config:    {opts.config_path} (index {mask_token(opts.token)}, receiver {opts.receiver})")
+    from shipper.ship.client import redact_url  # a receiver's user:password@ is never printed
+    print(f"  config:    {opts.config_path} (index {mask_token(opts.token)}, receiver {redact_url(opts.receiver)})")
     if opts.globs:
         print(f"  inputs:    {', '.join(opts.globs)}")
     if opts.journald_units is not None:

@@ -393,3 +393,10 @@ def test_real_host_adds_an_existing_user_to_the_journal_group(tmp_path: Path) ->
     assert code == 0
     assert ["usermod", "--append", "--groups", "systemd-journal", "shipper"] in host.commands
     assert "added shipper to group systemd-journal" in report.changes
+
+
+def test_the_summary_never_prints_a_receivers_password(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_setup(capsys, "--root", str(tmp_path), "--init", "none", "--receiver",
+                               "https://elastic:Rc-s3cret@es.example:9243", TOKEN, GLOB)
+    assert code == 0, err
+    assert "Rc-s3cret" not in out + err and "receiver https://es.example:9243" in out

@@ -186,3 +186,29 @@ def test_dead_letter_replays_follow_document_id() -> None:
     items = [{"index": "logs-x", "id": "inc-1", "document": b'{"a":1}'}]
     assert bulk.dead_letter_pairs(items) == [b'{"create":{"_index":"logs-x","_id":"inc-1"}}\n{"a":1}\n']
     assert bulk.dead_letter_pairs(items, with_ids=False) == [b'{"create":{"_index":"logs-x"}}\n{"a":1}\n']
+
+
+# ---------------------------------------------------------------- credentials in the clear (SPEC, Trust boundaries)
+
+def test_credentials_to_an_http_host_are_named_without_being_shown() -> None:
+    from shipper.config import ElasticsearchConfig
+    cfg = ElasticsearchConfig(hosts=("http://elastic:pw-in-url@10.0.0.5:9200", "https://es.example:9243"),
+                              password="s3cret", host_proxies=(None, ("https_proxy", "http://px:proxy-pw@proxy:3128")))
+    got = cfg.cleartext_credentials()
+    assert got == [
+        "credentials (password, the password in the URL) are sent unencrypted to http://10.0.0.5:9200: "
+        "anyone on the way can read them; use https://",
+        "the proxy's credentials (https_proxy) are sent unencrypted to http://proxy:3128 (proxies are reached over "
+        "http://)"]
+    assert not any(s in " ".join(got) for s in ("s3cret", "pw-in-url", "proxy-pw", "elastic", "px:"))
+
+
+def test_no_warning_for_https_or_for_http_without_credentials() -> None:
+    from shipper.config import ElasticsearchConfig
+    assert ElasticsearchConfig(hosts=("https://es:9243",), api_key="k").cleartext_credentials() == []
+    assert ElasticsearchConfig(hosts=("http://127.0.0.1:9200",)).cleartext_credentials() == []
+    assert ElasticsearchConfig(hosts=("http://[::1]:9200",), api_key="k").cleartext_credentials() == [
+        "credentials (api_key) are sent unencrypted to http://[::1]:9200: anyone on the way can read them; use https://"]
+    assert ElasticsearchConfig(hosts=("https://es:9243",),
+                               host_proxies=(("output.elasticsearch.proxy_url", "http://proxy:3128"),)
+                               ).cleartext_credentials() == []
