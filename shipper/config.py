@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,6 +33,7 @@ from shipper.config_values import parse_duration as parse_duration
 from shipper.config_values import parse_fingerprint as parse_fingerprint
 from shipper.config_values import parse_size as parse_size
 from shipper.errors import ConfigError
+from shipper.statedir import state_dir_problem
 
 DEFAULT_CONFIG_PATH = "/etc/shipper/shipper.yaml"
 DEFAULT_STATE_DIR = "/var/lib/shipper"
@@ -445,6 +447,9 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
     state_dir = s.string("state_dir", _TOP_DEFAULTS.state_dir)
     if not state_dir:
         raise lines.error("state_dir", "must not be empty")
+    problem = state_dir_problem(os.path.expanduser(state_dir))
+    if problem is not None:
+        raise lines.error("state_dir", problem)
     lv = s.data.get("log_level")
     if isinstance(lv, str) and lv.strip().lower() in ("warn", "warning", "debug", "info", "error"):
         s.data["log_level"] = "warning" if lv.strip().lower() == "warn" else lv.strip().lower()
@@ -495,9 +500,23 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
     return cfg
 
 
-def load_config(path: str, env: Mapping[str, str] | None = None) -> Config:
+def insecure_config_problem(st: os.stat_result) -> str | None:
+    """Why root must not load a config file of this mode (users other than its owner may write it:
+    they would choose what root reads and where it writes), or None."""
+    if os.geteuid() == 0 and st.st_mode & 0o022:
+        return (f"is writable by users other than its owner (mode {stat.S_IMODE(st.st_mode):04o}): "
+                "root does not load it; `chmod go-w` it, or pass --allow-insecure-config")
+    return None
+
+
+def load_config(path: str, env: Mapping[str, str] | None = None, *, allow_insecure: bool = False) -> Config:
+    """The config file at `path`, loaded. Run as root, a file other users may write is refused
+    (SPEC, Trust boundaries) unless `allow_insecure`. Raises ConfigError (exit 2)."""
     try:
         with open(path, encoding="utf-8") as f:
+            problem = insecure_config_problem(os.fstat(f.fileno()))     # the file read, not a path looked at
+            if problem is not None and not allow_insecure:
+                raise ConfigError("-c", f"config file {path} {problem}")
             text = f.read()
     except FileNotFoundError:
         raise ConfigError("-c", f"config file not found: {path}") from None

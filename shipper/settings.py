@@ -10,12 +10,22 @@ from collections.abc import Mapping
 from shipper.config import Config, load_config, load_config_text
 from shipper.parse.validate import check_inputs
 
-__all__ = ["load", "load_text"]
+__all__ = ["allow_insecure_config", "load", "load_text"]
+
+_allow_insecure = False
+
+
+def allow_insecure_config(allowed: bool = True) -> bool:
+    """`--allow-insecure-config`: from now on in this process (the SIGHUP reloads too), root loads
+    a config file other users may write. Returns what was set before."""
+    global _allow_insecure
+    before, _allow_insecure = _allow_insecure, allowed
+    return before
 
 
 def load(path: str, env: Mapping[str, str] | None = None) -> Config:
     """Read, parse and validate the config file at `path`. Raises ConfigError naming the key."""
-    cfg = load_config(path, env)
+    cfg = load_config(path, env, allow_insecure=_allow_insecure)
     check_inputs(cfg)
     return cfg
 

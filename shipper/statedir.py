@@ -21,8 +21,37 @@ from shipper.errors import ShipperError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+MARKER = ".shipper-state-dir"        # in a state dir shipper made: shipper-setup may own and purge it
+MARKER_TEXT = b"made by shipper; shipper-setup --uninstall --purge removes this directory\n"
+# what shipper itself puts in a state dir: a dir holding only these (and a lock or spool) is one
+OWN_NAMES = ("lock", "status.json", "status.json.tmp", "spool", "reserve", "dlq.request", "dlq.request.tmp",
+             "dlq.request.claimed", "dlq.answer", "dlq.answer.tmp", MARKER)
+OWN_PREFIXES = ("spool.damaged-", ".repair-")
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 SQLITE_FILES = ("cache.db", "cache.db-wal", "cache.db-shm", "cache.db-journal")
+
+
+# `/` and the top-level directories of a Linux system: never a state dir (shipper-setup would chown
+# it, a repair would rename things in it)
+SYSTEM_TOP_DIRS = frozenset({
+    "bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "media", "mnt", "opt", "proc",
+    "root", "run", "sbin", "snap", "srv", "sys", "tmp", "usr", "var",
+})
+
+
+def state_dir_problem(path: str) -> str | None:
+    """Why `path` cannot be a state dir (for the config error naming `state_dir`), or None: it
+    must be a directory or absent, and neither `/` nor a top-level system directory (as written
+    or where its links lead)."""
+    for p in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+        if p == os.sep:
+            return "is the root directory (/): give shipper a directory of its own, such as /var/lib/shipper"
+        parent, name = os.path.split(p)
+        if parent == os.sep and name in SYSTEM_TOP_DIRS:
+            return f"is a system directory ({p}): give shipper a directory of its own, such as /var/lib/shipper"
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return f"{path} exists and is not a directory"
+    return None
 
 
 class UnsafeStateDir(ShipperError, OSError):
@@ -49,8 +78,36 @@ def make_dir(path: str) -> None:
     try:
         if created:
             os.fchmod(fd, DIR_MODE)           # the umask may have taken bits off: exactly 0700
+            mark(path)
     finally:
         os.close(fd)
+
+
+def mark(path: str) -> None:
+    """Leave the marker that says shipper made this directory (shipper-setup's --state-dir and
+    --purge go by it)."""
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(os.path.join(path, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, FILE_MODE)
+        try:
+            os.write(fd, MARKER_TEXT)
+        finally:
+            os.close(fd)
+
+
+def foreign_entries(path: str) -> list[str] | None:
+    """None when `path` is a directory shipper made or may take: absent, empty, marked, or holding
+    only shipper's own files (a state dir of a version before the marker). Else some of the names
+    in it that are not shipper's (a directory like /var/lib, which must never be chowned or purged)."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return None
+    if not names or MARKER in names:
+        return None
+    foreign = [n for n in names if n not in OWN_NAMES and not n.startswith(OWN_PREFIXES)]
+    if not foreign and ("lock" in names or "spool" in names):
+        return None
+    return sorted(foreign)[:5] or sorted(names)[:5]
 
 
 def make_subdir(path: str) -> None:

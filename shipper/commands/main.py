@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_config(sp: argparse.ArgumentParser, default: str | None = DEFAULT_CONFIG_PATH) -> None:
         sp.add_argument("-c", "--config", default=default, help=f"config file (default {default})")
+        sp.add_argument("--allow-insecure-config", action="store_true",
+                        help="as root, load a config file that users other than its owner may write")
 
     r = sub.add_parser("run", help="run the daemon in the foreground")
     with_config(r)
@@ -71,9 +73,19 @@ def load(path: str) -> Config:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    insecure = settings.allow_insecure_config(bool(getattr(args, "allow_insecure_config", False)))
     # what shipper creates (the state dir's files, SQLite's among them) is its own, whatever umask
-    # it was started with (the unit sets UMask=0077 too; statedir.py sets the modes it creates)
-    os.umask(0o077)
+    # it was started with (the unit sets UMask=0077 too; statedir.py sets the modes it creates);
+    # given back at the end for callers that run main() in their own process (tests)
+    umask = os.umask(0o077)
+    try:
+        return _run(args)
+    finally:
+        os.umask(umask)
+        settings.allow_insecure_config(insecure)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "run":
             cfg = load(args.config)
