@@ -28,7 +28,7 @@ RUN groupadd --system --gid 999 shipper \
       --home-dir /var/lib/shipper --shell /usr/sbin/nologin shipper \
  && mkdir -p /var/lib/shipper /etc/shipper \
  && chown shipper:shipper /var/lib/shipper \
- && chmod 0750 /var/lib/shipper
+ && chmod 0700 /var/lib/shipper
 
 # .dockerignore admits only what the build needs (pyproject.toml, README.md, shipper/, config/).
 # gcc compiles the C fast path for JSON lines (shipper/_native.c; the image has the Python

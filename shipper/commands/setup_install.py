@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from shipper import settings
+from shipper import settings, statedir
 from shipper.commands.setup_host import CommandResult, Host, ServiceUser
 from shipper.commands.setup_render import (
     DEFAULT_STATE_DIR,
@@ -42,7 +42,7 @@ from shipper.commands.setup_render import (
 from shipper.errors import ConfigError
 
 CONFIG_MODE = 0o600
-STATE_DIR_MODE = 0o750
+STATE_DIR_MODE = 0o700          # SPEC, Trust boundaries: a state dir shipper creates is 0700
 UNIT_MODE = 0o644
 
 EXIT_OK = 0
@@ -192,6 +192,8 @@ def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
                                                               opts.journald_units):
         raise UsageError("the arguments do not survive a round trip through the config loader")
 
+    state_dir = _on_disk(prefix, opts.state_dir)
+    _check_state_dir(opts.state_dir, state_dir)           # before anything changes
     config_file = _on_disk(prefix, opts.config_path)
     backup_file = config_file.with_name(config_file.name + ".bak")
     existing = _read(config_file)
@@ -214,9 +216,10 @@ def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
         report.changes.append(f"set {opts.config_path} to mode 0600")
     _ensure_owner(config_file, user, report, opts.config_path)
 
-    state_dir = _on_disk(prefix, opts.state_dir)
-    _ensure_dir(state_dir, STATE_DIR_MODE, report, f"state dir {opts.state_dir} (mode 0750)")
+    _ensure_dir(state_dir, STATE_DIR_MODE, report, f"state dir {opts.state_dir} (mode 0700)")
+    statedir.mark(str(state_dir))          # shipper's from now on: --purge may remove it
     _ensure_owner(state_dir, user, report, opts.state_dir)
+    _ensure_owner(state_dir / statedir.MARKER, user, report, f"{opts.state_dir}/{statedir.MARKER}")
     if host.is_dry_run:
         host.planned.append(f"chown {SERVICE_USER}:{SERVICE_USER} {opts.config_path} {opts.state_dir}")
 
@@ -235,6 +238,23 @@ def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
     if started:
         _run_check(opts, host, user)
     return EXIT_OK, report
+
+
+def _check_state_dir(real: str, on_disk: Path) -> None:
+    """--state-dir takes only a new directory or one shipper made (its marker inside, or only
+    shipper's own files in it): never `/`, a system directory or any other that holds what is not
+    shipper's (`--state-dir /var/lib` would have chowned /var/lib). Raises SetupError."""
+    parent, name = os.path.split(real.rstrip("/") or "/")
+    if real == "/" or (parent == "/" and name in statedir.SYSTEM_TOP_DIRS):
+        raise SetupError(f"--state-dir {real} is a system directory: give shipper one of its own, "
+                         "such as /var/lib/shipper")
+    if on_disk.is_symlink() or (on_disk.exists() and not on_disk.is_dir()):
+        raise SetupError(f"--state-dir {real} exists and is not a directory (or is a link): give shipper a new one")
+    foreign = statedir.foreign_entries(str(on_disk))
+    if foreign is not None:
+        raise SetupError(f"--state-dir {real} is an existing directory that shipper did not make (no "
+                         f"{statedir.MARKER} in it; it holds {', '.join(foreign)}): give shipper a new directory "
+                         "of its own, such as /var/lib/shipper")
 
 
 def _install_file(prefix: Path, real_path: str, text: str, report: Report) -> bool:
@@ -320,6 +340,15 @@ def _remove(path: Path, real_path: str, report: Report) -> bool:
 def uninstall(opts: UninstallOptions, host: Host, prefix: Path) -> tuple[int, Report]:
     """Stop and disable the service, remove its unit or job; with --purge the config and state too."""
     report = Report()
+    config_file = _on_disk(prefix, opts.config_path)
+    state_real = opts.state_dir or _state_dir_of(config_file) or DEFAULT_STATE_DIR
+    state_dir = _on_disk(prefix, state_real)
+    if opts.should_purge and state_dir.is_dir() and not state_dir.is_symlink():
+        try:
+            _check_state_dir(state_real, state_dir)
+        except SetupError:
+            raise SetupError(f"refusing to delete {state_real}: shipper did not make it (no {statedir.MARKER} "
+                             "in it, and it holds files that are not shipper's); nothing was changed") from None
     unit = f"{SERVICE_NAME}.service"
     unit_file = _on_disk(prefix, SYSTEMD_UNIT_PATH)
     if unit_file.exists():
@@ -337,17 +366,12 @@ def uninstall(opts: UninstallOptions, host: Host, prefix: Path) -> tuple[int, Re
         host.run(["initctl", "stop", SERVICE_NAME])  # fails harmlessly when the job is not running
         _remove(job_file, UPSTART_JOB_PATH, report)
 
-    config_file = _on_disk(prefix, opts.config_path)
-    state_real = opts.state_dir or _state_dir_of(config_file) or DEFAULT_STATE_DIR
-    state_dir = _on_disk(prefix, state_real)
     if opts.should_purge:
         _remove(config_file, opts.config_path, report)
         _remove(config_file.with_name(config_file.name + ".bak"), opts.config_path + ".bak", report)
         if config_file.parent.is_dir() and not any(config_file.parent.iterdir()):
             config_file.parent.rmdir()
-        if state_dir.is_dir():
-            if len(Path(state_real).parts) < 3:
-                raise SetupError(f"refusing to delete {state_real}: it does not look like a state dir")
+        if state_dir.is_dir() and not state_dir.is_symlink():
             shutil.rmtree(state_dir)
             report.changes.append(f"removed {state_real}")
         report.notes.append(f"user {SERVICE_USER} was kept; remove it with: userdel {SERVICE_USER}")

@@ -60,7 +60,8 @@ def test_root_install_writes_config_state_dir_and_unit(tmp_path: Path, capsys: p
     assert cfg.output.index == TOKEN and cfg.state_dir == "/var/lib/shipper"
 
     state = under(tmp_path, "/var/lib/shipper")
-    assert state.is_dir() and mode(state) == 0o750
+    assert state.is_dir() and mode(state) == 0o700      # SPEC: "The state dir, when shipper creates it, is mode 0700"
+    assert (state / ".shipper-state-dir").is_file()
 
     unit = under(tmp_path, UNIT)
     assert mode(unit) == 0o644
@@ -152,7 +153,7 @@ def test_custom_config_and_state_paths_are_named_in_the_unit(tmp_path: Path, cap
     data = yaml.safe_load(under(tmp_path, "/opt/shipper/etc/s.yaml").read_text())
     assert data["state_dir"] == "/srv/shipper"
     assert data["inputs"][0]["paths"] == ["/srv/app/*.log", "/home/app/logs/*.log"]
-    assert mode(under(tmp_path, "/srv/shipper")) == 0o750
+    assert mode(under(tmp_path, "/srv/shipper")) == 0o700
 
 
 def test_upstart_writes_the_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -400,3 +401,49 @@ def test_the_summary_never_prints_a_receivers_password(tmp_path: Path, capsys: p
                                "https://elastic:Rc-s3cret@es.example:9243", TOKEN, GLOB)
     assert code == 0, err
     assert "Rc-s3cret" not in out + err and "receiver https://es.example:9243" in out
+
+
+# ---------------------------------------------------------------- whose directory --state-dir is (SPEC, Trust boundaries)
+
+def test_state_dir_must_be_new_or_shippers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lib = under(tmp_path, "/var/lib")
+    (lib / "dpkg").mkdir(parents=True)
+    (lib / "dpkg" / "status").write_text("precious")
+    for state, words in (("/var/lib", "is an existing directory that shipper did not make"),
+                         ("/var", "is a system directory"), ("/", "is the root directory (/)")):
+        code, out, err = run_setup(capsys, "--root", str(tmp_path), "--init", "systemd", "--no-start",
+                                   "--state-dir", state, TOKEN, GLOB)
+        assert code in (1, 2) and words in err, (state, err)      # 2: the config it would write is invalid
+        assert "chown" not in out and not under(tmp_path, CONFIG).exists() and not under(tmp_path, UNIT).exists()
+    assert (lib / "dpkg" / "status").read_text() == "precious" and mode(lib) != 0o700
+
+
+@pytest.mark.parametrize("contents", [(), ("lock", "spool/cache.db", "status.json")])
+def test_an_empty_directory_or_an_older_state_dir_is_taken_and_marked(tmp_path: Path, contents: tuple[str, ...],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    state = under(tmp_path, "/srv/state")
+    state.mkdir(parents=True)
+    for name in contents:
+        (state / name).parent.mkdir(parents=True, exist_ok=True)
+        (state / name).write_text("x")
+    code, _out, err = run_setup(capsys, "--root", str(tmp_path), "--init", "none", "--state-dir", "/srv/state",
+                                TOKEN, GLOB)
+    assert code == 0, err
+    assert (state / ".shipper-state-dir").is_file() and all((state / n).exists() for n in contents)
+
+
+def test_purge_removes_only_a_directory_shipper_made(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_setup(capsys, "--root", str(tmp_path), "--init", "systemd", "--no-start", TOKEN, GLOB)[0] == 0
+    config = under(tmp_path, CONFIG)
+    data = yaml.safe_load(config.read_text())
+    data["state_dir"] = "/srv/data"                      # edited by hand to a directory that is not shipper's
+    config.write_text(yaml.safe_dump(data))
+    other = under(tmp_path, "/srv/data")
+    other.mkdir(parents=True)
+    (other / "db.sqlite").write_text("precious")
+    code, _out, err = run_setup(capsys, "--root", str(tmp_path), "--uninstall", "--purge")
+    assert code == 1 and "refusing to delete /srv/data: shipper did not make it" in err, err
+    assert (other / "db.sqlite").read_text() == "precious" and config.exists() and under(tmp_path, UNIT).exists()
+    (other / ".shipper-state-dir").write_text("")        # now it says it is shipper's
+    code, _out, err = run_setup(capsys, "--root", str(tmp_path), "--uninstall", "--purge")
+    assert code == 0 and not other.exists() and not config.exists(), err
