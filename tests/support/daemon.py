@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,11 +231,13 @@ class Daemon:
         *,
         log_path: str | os.PathLike[str] | None = None,
         args: Sequence[str] = (),
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.config_path = Path(config_path)
         self.cwd = Path(cwd) if cwd is not None else self.config_path.parent
         self.env = dict(env or {})
         self.args = list(args)
+        self.preexec = preexec          # run in the child before it execs (tests/support/sandbox.py)
         self.log_path = Path(log_path) if log_path is not None else self.config_path.with_name(
             self.config_path.stem + ".daemon.log"
         )
@@ -270,6 +272,7 @@ class Daemon:
                 cwd=self.cwd,
                 env=self._env(),
                 start_new_session=True,
+                preexec_fn=self.preexec,
             )
         promptness.note_serving(self, True)
         return self
