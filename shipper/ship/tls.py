@@ -1,10 +1,12 @@
 """TLS for the output: the client context (CA file, client certificate), the CA pinned by SHA-256
 fingerprint, and TLS failures explained in words an operator can act on.
 
-Pinning works as Beats' `ca_trusted_fingerprint`: the server's chain is read once without
-verification, the CA certificate in it whose SHA-256 matches is added to the trust store, and from
-then on every connection is verified normally (chain and host name) against it. No request is sent
-over the unverified connection. Decisions here are pure; `fetch_chain` is the only I/O.
+Pinning (SPEC, Trust boundaries): the server's chain is read once without verification, and the CA
+certificate in it whose SHA-256 matches becomes the ONLY trust anchor of the output's context (no
+system CAs, no `ca_file`): every new connection is verified (chain and host name) against that CA
+alone, so a server that moved to a chain of any other CA is refused at its next handshake. No
+request is sent over the unverified connection. Decisions here are pure; `fetch_chain` is the
+only I/O.
 """
 
 from __future__ import annotations
@@ -97,7 +99,15 @@ def pick_pinned_ca(chain: list[bytes], wanted: str) -> PinVerdict:
 
 def client_context(tls: TLSConfig) -> ssl.SSLContext | bool:
     """The context for every connection: system CAs or `ca_file`, the client certificate; False
-    when verification is off. A pinned CA is added later with `trust`."""
+    when verification is off. With `ca_fingerprint` it trusts nothing until `trust` gives it the
+    pinned CA, and then that CA alone."""
+    if tls.ca_fingerprint:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)       # verifies, checks host names, no CA loaded
+        # the pinned CA may be an intermediate: it is then the trust anchor, like Beats' pool entry
+        ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        if tls.cert_file:
+            ctx.load_cert_chain(tls.cert_file, tls.key_file)
+        return ctx
     if not tls.verify:
         if not tls.cert_file:
             return False
@@ -106,20 +116,18 @@ def client_context(tls: TLSConfig) -> ssl.SSLContext | bool:
         ctx.verify_mode = ssl.CERT_NONE
     elif tls.ca_file:
         ctx = ssl.create_default_context(cafile=tls.ca_file)
-    elif tls.cert_file or tls.ca_fingerprint:
+    elif tls.cert_file:
         ctx = ssl.create_default_context()
     else:
         return True
-    if tls.ca_fingerprint:
-        # the pinned CA may be an intermediate: it is then the trust anchor, like Beats' pool entry
-        ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
     if tls.cert_file:
         ctx.load_cert_chain(tls.cert_file, tls.key_file)
     return ctx
 
 
 def trust(ctx: ssl.SSLContext, ca_der: bytes) -> None:
-    """Add a pinned CA to the context's store; connections made from now on verify against it."""
+    """The pinned CA into the (otherwise empty) store of `client_context`'s pinned context:
+    connections made from now on verify against it alone. The same CA again changes nothing."""
     ctx.load_verify_locations(cadata=ca_der)
 
 

@@ -348,3 +348,34 @@ async def test_a_server_that_sends_its_alert_gets_the_precise_reason(pki: Pki) -
     assert "requires a client certificate (TLSV13_ALERT_CERTIFICATE_REQUIRED); set tls.cert_file" in (
         tlsmod.describe_tls_error(found, none) or "")
     await asyncio.to_thread(thread.join, 10)
+
+
+async def test_the_pin_is_the_only_trust_anchor_on_every_new_connection(pki: Pki) -> None:
+    """SPEC, Trust boundaries: once a CA in the chain matches, the connection is verified against that
+    CA alone, on every new connection. Here `ca_file` trusts other-ca too: a server that moves to an
+    other-ca chain after the pin (another server on that address, say) is refused at its next
+    handshake, not accepted because some CA the context knows signed it (b19ade4 added the pin to
+    the trusted CAs and looked at the chain once per host)."""
+    async with TLSServer(pki) as srv:
+        s = _sender(srv.url, TLSConfig(ca_file=str(pki["other-ca"]), ca_fingerprint=sha256_of(pki["http-ca"])))
+        try:
+            assert await s.deliver(_attempt(1)) == []
+            srv.ctx.load_cert_chain(str(pki["server-other-ca"]), str(pki["server-other-ca.key"]))
+            await s.client.close()                                    # the next request makes a new connection
+            first = await s.post(_attempt(1))
+            assert isinstance(first, TransportError) and first.retryable and "not trusted" in str(first), str(first)
+            second = await s.post(_attempt(1))
+            assert isinstance(second, TransportError) and "matches tls.ca_fingerprint" in str(second), str(second)
+            assert srv.ids == ["id-0"]                                 # nothing reached the other-ca server
+        finally:
+            await s.client.close()
+
+
+def test_a_pinned_context_trusts_nothing_before_the_pin_and_the_pin_alone_after(pki: Pki) -> None:
+    ctx = tlsmod.client_context(TLSConfig(ca_file=str(pki["other-ca"]), ca_fingerprint=sha256_of(pki["http-ca"])))
+    assert isinstance(ctx, ssl.SSLContext)
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname and ctx.get_ca_certs() == []
+    tlsmod.trust(ctx, ssl.PEM_cert_to_DER_cert(pki["http-ca"].read_text()))
+    tlsmod.trust(ctx, ssl.PEM_cert_to_DER_cert(pki["http-ca"].read_text()))       # again: the same one store entry
+    (only,) = ctx.get_ca_certs()
+    assert "http-ca" in str(only["subject"]), only
