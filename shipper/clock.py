@@ -37,6 +37,10 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
+    def pause(self, seconds: float) -> None:
+        """A blocking sleep, for the commands that run no event loop (never on the loop)."""
+        time.sleep(seconds)
+
     async def wait(self, event: asyncio.Event, timeout_s: float, coalesce: bool = False) -> bool:
         """event.wait() for at most timeout_s; True if it was set. A timer on the waiting task, where
         asyncio.wait_for (3.11) also makes a Task and a waiter future per call: ~1,000 waits/s here.

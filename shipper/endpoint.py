@@ -19,11 +19,12 @@ import errno
 import ipaddress
 import logging
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+
+from shipper.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,9 @@ class Endpoint:
     """A running endpoint; `await cleanup()` closes the listening sockets and open connections."""
 
     def __init__(self, routes: dict[str, Route], head_timeout_s: float = HEAD_TIMEOUT_S,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> None:
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
+                 clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
         self._routes = routes
         self._head_timeout_s = head_timeout_s
         self._idle_timeout_s = idle_timeout_s
@@ -119,10 +122,10 @@ class Endpoint:
                     if sock.fileno() < 0:
                         return              # closed by cleanup()
                     log.debug("metrics listener: accept failed", extra={"error": str(e)})
-                    await asyncio.sleep(ACCEPT_PAUSE_S / 10)      # a refused handshake; never a busy loop
+                    await self._clock.sleep(ACCEPT_PAUSE_S / 10)      # a refused handshake; never a busy loop
                     continue
                 self._short_of_descriptors(e)
-                await asyncio.sleep(ACCEPT_PAUSE_S)
+                await self._clock.sleep(ACCEPT_PAUSE_S)
                 continue
             except BaseException:
                 self._slots.release()
@@ -136,7 +139,7 @@ class Endpoint:
         """Out of descriptors (or buffers): the connection waits in the kernel's queue; the files
         and the output keep what they hold. Logged once a minute at most, never a traceback."""
         self.short_of_descriptors += 1
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._short_logged_at is None or now - self._short_logged_at >= SHORT_LOG_EVERY_S:
             self._short_logged_at = now
             log.warning("metrics listener out of file descriptors: accepting paused", extra={

@@ -9,7 +9,6 @@ modules never import this one.
 from __future__ import annotations
 
 import logging
-import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Literal
 
 from shipper import __version__
+from shipper.clock import Clock, SystemClock
 from shipper.events import Events
 from shipper.model import JournalGap
 
@@ -131,7 +131,8 @@ class Metrics:
     (process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...). Several
     daemons in one process (the tests) each have their own."""
 
-    def __init__(self, process: bool = True) -> None:
+    def __init__(self, clock: Clock | None = None, process: bool = True) -> None:
+        self.clock = clock or SystemClock()
         self.counters: dict[LabelKey, float] = {}
         self.gauges: dict[LabelKey, float] = {}
         fams = families_table()
@@ -139,7 +140,7 @@ class Metrics:
         for name, f in fams.items():
             if f.initial is not None:
                 (self.counters if f.kind == "counter" else self.gauges)[(name, ())] = f.initial
-        self.gauges[("shipper_start_time_seconds", ())] = round(time.time(), 3)
+        self.gauges[("shipper_start_time_seconds", ())] = round(self.clock.time(), 3)
         self.gauges[("shipper_build_info", (("version", __version__),))] = 1
         self._process = process
         self._registry: CollectorRegistry | None = None
@@ -245,6 +246,7 @@ class TelemetryEvents(Events):
 
     def __init__(self, metrics: Metrics) -> None:
         self.m = metrics
+        self.clock = metrics.clock
         self.output_up = True
         self.output_error: str | None = None
         self.output_down_since: float | None = None       # monotonic
@@ -323,7 +325,7 @@ class TelemetryEvents(Events):
 
     def retry_scheduled(self, reason: str, delay_s: float, host: str | None) -> None:
         self.m.inc("shipper_retries_total")
-        now = time.monotonic()
+        now = self.clock.monotonic()
         # ship/sender.py logs each fault episode per host; this is a reminder at most once a minute
         if now - self._last_retry_log > 60:
             self._last_retry_log = now
@@ -331,12 +333,12 @@ class TelemetryEvents(Events):
 
     def output_state(self, up: bool, error: str | None) -> None:
         if up and not self.output_up:
-            log.info("output recovered", extra={"down_s": round(time.monotonic() - (self.output_down_since or 0), 1)})
+            log.info("output recovered", extra={"down_s": round(self.clock.monotonic() - (self.output_down_since or 0), 1)})
             self.output_down_since = None
             self.output_down_since_wall = None
         if not up and self.output_up:
-            self.output_down_since = time.monotonic()
-            self.output_down_since_wall = time.time()
+            self.output_down_since = self.clock.monotonic()
+            self.output_down_since_wall = self.clock.time()
         self.output_up = up
         if error is not None:
             self.output_error = error
@@ -416,6 +418,6 @@ async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tupl
     elif status is not None:
         log.info("/status not served on a non-loopback address (metrics.status: true serves it)",
                  extra={"listen": listen})
-    endpoint = Endpoint(routes)
+    endpoint = Endpoint(routes, clock=metrics.clock)
     await endpoint.start(host, port)
     return endpoint

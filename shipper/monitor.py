@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -126,7 +125,8 @@ class Monitor:
         self.health_down_after_s = health_down_after_s
         self.mode = mode
         self.rates = RateTracker()
-        self.started = time.time()
+        self.clock = metrics.clock
+        self.started = self.clock.time()
         self._next_progress = 0.0
         self._backlog = False
         # the last tick's rows (`p.files`, the same tuple while the pipeline keeps them) and the files
@@ -237,7 +237,7 @@ class Monitor:
         wall_down = self.events.output_down_since_wall if down is not None else None
         return {
             "daemon": "running", "running": True, "mode": self.mode, "pid": os.getpid(), "version": __version__,
-            "updated": time.time(), "started": self.started,
+            "updated": self.clock.time(), "started": self.started,
             "files": files,
             "journald": [j.to_dict() for j in p.journald] if p else [],
             "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0},

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Mapping
 
 __all__ = [
@@ -73,10 +72,10 @@ class Notifier:
         """Startup (or a reload) finished: systemd considers a Type=notify unit started."""
         return self.notify("READY=1")
 
-    def reloading(self) -> bool:
-        """A SIGHUP reload began; send `ready()` when it is done (Type=notify-reload semantics)."""
-        monotonic_usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
-        return self.notify(f"RELOADING=1\nMONOTONIC_USEC={monotonic_usec}")
+    def reloading(self, monotonic_s: float) -> bool:
+        """A SIGHUP reload began at `monotonic_s` (CLOCK_MONOTONIC, which systemd compares with its
+        own); send `ready()` when it is done (Type=notify-reload semantics)."""
+        return self.notify(f"RELOADING=1\nMONOTONIC_USEC={int(monotonic_s * 1_000_000)}")
 
     def stopping(self) -> bool:
         return self.notify("STOPPING=1")
@@ -127,8 +126,8 @@ def ready() -> bool:
     return _default.ready()
 
 
-def reloading() -> bool:
-    return _default.reloading()
+def reloading(monotonic_s: float) -> bool:
+    return _default.reloading(monotonic_s)
 
 
 def stopping() -> bool:

@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import socket
-import time
 from typing import Any
 
 import orjson
@@ -132,12 +131,12 @@ def vouch_status(state_dir: str) -> bool:
         return False
 
 
-async def open_state(state_dir: str) -> AsyncSpool:
+async def open_state(state_dir: str, clock: Clock) -> AsyncSpool:
     """The spool (queue, checkpoints, dead letters), opened off the loop. A damaged one raises
     StateDamagedError (exit 3) naming the file: SQLite's quick_check first, then every record as it loads."""
     from shipper.spool.salvage import check_at_start  # salvage's other tools are for `shipper state`
     await asyncio.to_thread(check_at_start, state_dir)
-    return await AsyncSpool.open(state_dir)
+    return await AsyncSpool.open(state_dir, clock=clock)
 
 
 async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock, host_name: str | None = None,
@@ -190,7 +189,7 @@ class Service:
         self.cfg = cfg
         self.config_path = config_path
         self.clock = clock or SystemClock()
-        self.metrics = Metrics()
+        self.metrics = Metrics(self.clock)
         self.events = TelemetryEvents(self.metrics)
         self.monitor = Monitor(self.metrics, self.events, cfg.metrics.health_down_after_s)
         self.stop_event = asyncio.Event()
@@ -204,7 +203,6 @@ class Service:
         self._signalled = asyncio.Event()     # any signal: the run loop looks now
         self._stopped = False
         self._ready = False          # the first scan is done and the inputs are open
-        self.started_at = time.time()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -212,7 +210,7 @@ class Service:
         register_config_secrets(self.cfg)
         warn_cleartext_credentials(self.cfg)
         self.lock = StateLock(self.cfg.state_dir)
-        self.spool = await open_state(self.cfg.state_dir)
+        self.spool = await open_state(self.cfg.state_dir, self.clock)
         self.pipeline, _files = await build_pipeline(self.cfg, self.spool, self.events, self.clock)
         if self.cfg.metrics.listen:
             self._metrics_runner = await serve_metrics(self.cfg.metrics.listen, self.metrics, self.health,
@@ -243,7 +241,7 @@ class Service:
             return False, "starting"
         if p.failed is not None:
             return False, "pipeline task failed"
-        return self.monitor.health(p.snapshot(), time.monotonic())
+        return self.monitor.health(p.snapshot(), self.clock.monotonic())
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -280,7 +278,7 @@ class Service:
             if p is not None and p.failed is not None:
                 log.error("pipeline task failed", exc_info=p.failed)
                 return 1
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now >= next_status - IDLE_EARLY_S:      # a coalesced wait may end that much early
                 # one snapshot and one list of files a tick, for the gauges and the document both
                 # (taken on the loop: the pipeline is not thread-safe)
@@ -307,7 +305,7 @@ class Service:
             # signals set _signalled; otherwise nothing is due before the next status (or ping)
             due = min(next_status, next_wd) if wd else next_status
             # coalesced with the other idle waits (clock.IDLE_TICK_S) unless a short watchdog needs the time
-            await self.clock.wait(self._signalled, min(STATUS_EVERY_S, max(0.05, due - time.monotonic())),
+            await self.clock.wait(self._signalled, min(STATUS_EVERY_S, max(0.05, due - self.clock.monotonic())),
                                   coalesce=not wd or wd >= 5.0)
             self._signalled.clear()
         return 0
@@ -350,7 +348,7 @@ class Service:
             return
         register_config_secrets(new)
         log.info("reloading config", extra={"inputs": len(new.inputs)})
-        sdnotify.reloading()
+        sdnotify.reloading(self.clock.monotonic())
         # Everything read is committed with its offsets before the swap; unacked records stay in the
         # spool and the new pipeline re-sends them (same _ids: a 409 at worst, never a duplicate).
         await self._stop_pipeline(0.0)
@@ -379,7 +377,7 @@ class Service:
         p = self.pipeline
         if p is None:
             return None, None, None
-        now = time.monotonic()
+        now = self.clock.monotonic()
         snap = p.snapshot()
         room = None
         if self.spool is not None:              # issue 19: the state dir's room
@@ -398,7 +396,7 @@ class Service:
         """The status document; from `snap`, its sampled `files` and the `room` when the tick has them."""
         if snap is None:
             snap, files = self.snapshot(), None
-        doc = self.monitor.status_doc(snap, time.monotonic(), files=files)
+        doc = self.monitor.status_doc(snap, self.clock.monotonic(), files=files)
         if self.spool is not None:              # issue 19: {"full", "free_bytes", "reserve_bytes", "quarantined"}
             room = room if room is not None else self.spool.room()
             doc["state_dir"] = {"path": self.cfg.state_dir, **room}

@@ -10,6 +10,7 @@ import os
 from collections.abc import Sequence
 
 from shipper import settings
+from shipper.clock import SystemClock
 from shipper.config import InputConfig
 from shipper.ship import batching
 from shipper.ship.backoff import Backoff
@@ -101,13 +102,14 @@ def check(config_path: str) -> int:
         print(f"state_dir: {sd}: writable")
 
     async def probe_output() -> tuple[list[tuple[str, bool, str]], Inspection, dict[str, str]]:
-        client = BulkClient(cfg.output, Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s))
+        clock = SystemClock()
+        client = BulkClient(cfg.output, Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s), clock=clock)
         routes = {h.label: h.route for h in client.hosts} if any(h.proxy for h in client.hosts) else {}
         try:
             probes = await client.probe()
             if not any(up for _h, up, _d in probes):
                 return probes, Inspection(), routes
-            return probes, await inspect(client, cfg), routes
+            return probes, await inspect(client, cfg, clock.time()), routes
         finally:
             await client.close()
 

@@ -14,17 +14,18 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from typing import Any
+
+from shipper.clock import SystemClock
 
 MSGS = ("request completed", "user logged in", "cache miss", "payment accepted", "slow query",
         "connection reset by peer", "job finished", "retrying upstream call")
 
 
-def _pino(seq: int, rng: random.Random) -> str:
+def _pino(seq: int, rng: random.Random, now: float) -> str:
     level = rng.choice((30, 30, 30, 30, 40, 50))
-    doc: dict[str, Any] = {"level": level, "time": int(time.time() * 1000), "pid": 4242,
+    doc: dict[str, Any] = {"level": level, "time": int(now * 1000), "pid": 4242,
                            "hostname": socket.gethostname(), "reqId": f"req-{rng.randrange(1 << 32):08x}",
                            "msg": rng.choice(MSGS), "seq": seq}
     if rng.random() < 0.5:
@@ -69,6 +70,7 @@ def demo(lines: int = 3000) -> int:
         print("shipper demo needs the embedded server: pip install 'shipper[demo]'", file=sys.stderr)
         return 1
     rng = random.Random(7)
+    clock = SystemClock()
     work = tempfile.mkdtemp(prefix="shipper-demo-")
     logs = os.path.join(work, "logs")
     os.makedirs(logs)
@@ -100,41 +102,41 @@ metrics:
         half = lines // 2
         with open(app, "w") as f:
             for i in range(half):
-                f.write(_pino(i, rng) + "\n")
+                f.write(_pino(i, rng, clock.time()) + "\n")
         print(f"wrote {half} pino lines to {app}; starting `shipper run -c {cfg}`")
         err = open(os.path.join(work, "shipper.log"), "w")
         proc = subprocess.Popen([sys.executable, "-m", "shipper", "run", "-c", cfg], stderr=err)
         # rotate like logrotate's `create` mode while the daemon runs, then keep writing
-        ready_by = time.monotonic() + 30
-        while time.monotonic() < ready_by and proc.poll() is None:
+        ready_by = clock.monotonic() + 30
+        while clock.monotonic() < ready_by and proc.poll() is None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
                     break
             except OSError:
-                time.sleep(0.1)
+                clock.pause(0.1)
         if proc.poll() is not None:
             print(f"shipper exited early with code {proc.returncode}; see {err.name}", file=sys.stderr)
             return 1
         os.rename(app, app + ".1")
         with open(app, "w") as f:
             for i in range(half, lines):
-                f.write(_pino(i, rng) + "\n")
+                f.write(_pino(i, rng, clock.time()) + "\n")
         print(f"rotated {app} -> app.log.1 and wrote {lines - half} more lines to a new app.log")
         count = 0
-        t0 = time.monotonic()
+        t0 = clock.monotonic()
         last_progress = t0
-        while time.monotonic() - last_progress < 20:      # give up after 20 s without progress
+        while clock.monotonic() - last_progress < 20:      # give up after 20 s without progress
             try:
                 _post(es + "/_refresh")
                 now_count = _get(es + "/demo-*/_count")["count"]
             except Exception:
                 now_count = count
             if now_count > count:
-                count, last_progress = now_count, time.monotonic()
+                count, last_progress = now_count, clock.monotonic()
             if count >= lines or proc.poll() is not None:
                 break
-            time.sleep(0.25)
-        took = time.monotonic() - t0
+            clock.pause(0.25)
+        took = clock.monotonic() - t0
         seqs = _all_seqs(es)
         distinct = set(seqs)
         missing = set(range(lines)) - distinct

@@ -10,13 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-import time
 import uuid
 from typing import Any
 
 import orjson
 
 from shipper import settings, statedir
+from shipper.clock import SystemClock
 from shipper.commands.status import daemon_running
 from shipper.config import Config
 from shipper.control import DlqAction, dlq_cancel, dlq_read_answer, dlq_request
@@ -44,15 +44,16 @@ def list_line(it: dict[str, Any]) -> str:
 def _through_daemon(state_dir: str, action: DlqAction) -> int:
     nonce = uuid.uuid4().hex
     dlq_request(state_dir, action, nonce)
-    deadline = time.monotonic() + ANSWER_WAIT_S
-    while time.monotonic() < deadline:
+    clock = SystemClock()
+    deadline = clock.monotonic() + ANSWER_WAIT_S
+    while clock.monotonic() < deadline:
         n = dlq_read_answer(state_dir, nonce)
         if n is not None:
             verb = "re-queued" if action == "replay" else "purged"
             print(f"{verb} {n} dead letter(s)" + ("; the running daemon is sending them" if action == "replay" else ""),
                   file=sys.stderr)
             return 0
-        time.sleep(0.1)
+        clock.pause(0.1)
     if dlq_cancel(state_dir):
         print(f"shipper: the running daemon did not take the {action} request within {ANSWER_WAIT_S:g}s; "
               "nothing was changed", file=sys.stderr)

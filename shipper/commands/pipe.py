@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import sys
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -90,7 +89,7 @@ class PipeRun:
         self.timeout_s = timeout_s
         self.fd = fd
         self.clock = SystemClock()
-        self.metrics = Metrics()
+        self.metrics = Metrics(self.clock)
         self.events = TelemetryEvents(self.metrics)
         self.monitor = Monitor(self.metrics, self.events, cfg.metrics.health_down_after_s, mode="pipe")
         self.stop = asyncio.Event()
@@ -111,13 +110,13 @@ class PipeRun:
         return self.p.snapshot() if self.p is not None else None
 
     def _status(self) -> dict[str, Any]:
-        return self.monitor.status_doc(self._snapshot(), time.monotonic())
+        return self.monitor.status_doc(self._snapshot(), self.clock.monotonic())
 
     def _health(self) -> tuple[bool, str]:
-        return self.monitor.health(self._snapshot(), time.monotonic())
+        return self.monitor.health(self._snapshot(), self.clock.monotonic())
 
     def _tick_status(self, snap: PipelineStatus) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         files = self.monitor.sample(snap, now)
         self.monitor.progress(snap, now, files, always=True)
         try:
@@ -132,7 +131,7 @@ class PipeRun:
             snap = self.p.snapshot()
             if until(snap) or self.p.failed is not None:
                 return
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now >= self._next_status:
                 self._tick_status(snap)
                 self._next_status = now + STATUS_EVERY_S
@@ -148,7 +147,7 @@ class PipeRun:
         loop = asyncio.get_running_loop()
         remaining, dead = 0, 0
         try:
-            aspool = await open_state(cfg.state_dir)
+            aspool = await open_state(cfg.state_dir, self.clock)
             p, src = await build_pipeline(cfg, aspool, self.events, self.clock, stdin=(self.inp, self.fd))
             assert isinstance(src, StdinSource)
             self.p, self.src = p, src
@@ -168,11 +167,11 @@ class PipeRun:
             await self._ticks_until(lambda s: src.exhausted)
             # Drain. Give up only when nothing was acknowledged for timeout_s (an output that is slow
             # but makes progress is waited for), or shutdown_timeout after a stop signal.
-            progress = [time.monotonic(), -1, -1]
+            progress = [self.clock.monotonic(), -1, -1]
             stop_deadline: list[float] = []
 
             def give_up(snap: PipelineStatus) -> bool:
-                now = time.monotonic()
+                now = self.clock.monotonic()
                 if (snap.shipped_total, snap.queue_events) != (progress[1], progress[2]):
                     progress[:] = [now, snap.shipped_total, snap.queue_events]
                 if snap.drained or self.force.is_set():

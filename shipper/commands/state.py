@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import time
 from collections.abc import Mapping
 from typing import Literal
 
 from shipper import settings, statedir
+from shipper.clock import SystemClock
 from shipper.commands.status import daemon_running
 from shipper.config import Config, MetricsConfig
 from shipper.errors import ShipperError, StateDamagedError
@@ -139,7 +139,7 @@ def _state(cfg: Config, action: Action) -> int:
             print(render(report, action), end="")
             return 3 if report.inspection.damaged else 0
         try:
-            report = salvage.repair(cfg.state_dir, time.time())
+            report = salvage.repair(cfg.state_dir, SystemClock().time())
         except (StateDamagedError, OSError) as e:
             print(f"shipper: could not repair {path}: {e}", file=sys.stderr)
             return 3

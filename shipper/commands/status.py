@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from shipper import __version__, settings, statedir
+from shipper.clock import SystemClock
 from shipper.config import Config, MetricsConfig
 from shipper.model import is_journal_checkpoint
 from shipper.service import STATUS_FILE
@@ -151,15 +152,16 @@ def _stopped_journald(cfg: Config, spool: SpoolContents | None) -> list[dict[str
     return out
 
 
-def collect(cfg: Config) -> dict[str, Any]:
-    """The status document: live from the daemon when it runs, from the state_dir when it does not."""
+def collect(cfg: Config, now: float) -> dict[str, Any]:
+    """The status document: live from the daemon when it runs, from the state_dir when it does not
+    (`now`: wall time, to judge how fresh the daemon's last status.json is)."""
     state_dir = cfg.state_dir
     running = daemon_running(state_dir)
     last = _read_status_file(state_dir) or {}
     if running:
         live = _ask_daemon(cfg.metrics.listen)
         source = "daemon"
-        if live is None and last and time.time() - float(last.get("updated") or 0) <= STATUS_FRESH_S:
+        if live is None and last and now - float(last.get("updated") or 0) <= STATUS_FRESH_S:
             live, source = last, "status.json"
         if live is not None:
             live["running"], live["daemon"], live["source"] = True, "running", source
@@ -319,9 +321,10 @@ def status(config_path: str, as_json: bool = False, state_dir: str | None = None
         if state_dir is not None:
             cfg = dataclasses.replace(cfg, state_dir=os.path.expanduser(state_dir))
     with statedir.as_owner(cfg.state_dir):       # root on another user's state dir: as that user
-        doc = collect(cfg)
+        now = SystemClock().time()
+        doc = collect(cfg, now)
     if as_json:
         print(orjson.dumps(doc).decode())
         return 0
-    print(render(doc, cfg.state_dir, time.time()), end="")
+    print(render(doc, cfg.state_dir, now), end="")
     return 0

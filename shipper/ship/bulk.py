@@ -6,7 +6,6 @@ so a body splits cleanly on b"\\n". No HTTP here: ship/client.py sends, this dec
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -218,8 +217,9 @@ def status_reason(status: int, answer: dict[str, Any] | None) -> str:
             504: "gateway timeout"}.get(status, f"HTTP {status}")
 
 
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Retry-After as seconds: delta-seconds or an HTTP date. None when absent or unreadable."""
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Retry-After as seconds: delta-seconds or an HTTP date (counted from `now`, wall time). None
+    when absent or unreadable."""
     if not value:
         return None
     value = value.strip()
@@ -234,7 +234,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     if dt is None:
         return None
-    return max(0.0, dt.timestamp() - (time.time() if now is None else now))
+    return max(0.0, dt.timestamp() - now)
 
 
 def dead_letter_pairs(items: list[dict[str, Any]], with_ids: bool = True) -> list[bytes]:

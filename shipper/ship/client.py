@@ -15,7 +15,6 @@ import base64
 import logging
 import random
 import ssl
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -326,14 +325,14 @@ class BulkClient:
             headers["Authorization"] = host.auth
         if gzipped:
             headers["Content-Encoding"] = "gzip"
-        t0 = time.monotonic()
+        t0 = self._clock.monotonic()
         try:
             resp = await self._send(host, "POST", f"/_bulk?{self._query}", headers, body)
         except (TimeoutError, OSError) as e:
             raise await self._failed(host, e) from None
-        seconds = time.monotonic() - t0
+        seconds = self._clock.monotonic() - t0
         raw, status = resp.body, resp.status
-        retry_after = parse_retry_after(resp.headers.get("retry-after"))
+        retry_after = parse_retry_after(resp.headers.get("retry-after"), self._clock.time())
         answer: dict[str, Any] | None = None
         if 200 <= status < 300 and raw.startswith(_ALL_DELIVERED) and FAILURE_STORE_MARK not in raw:
             # `errors: false` means every item succeeded: skip parsing one status per document

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 
 from shipper.clock import Clock
 from shipper.codec import decode_body, gzip_compress
@@ -63,7 +62,7 @@ class Sender:
         self.resume_at = 0.0          # clock.monotonic(): no request starts before this
         self.up = True
         self.last_error: str | None = None
-        self.last_success = time.monotonic()
+        self.last_success = clock.monotonic()
         self.peak_in_flight = 0
         self._episodes: dict[str, str] = {}   # host -> the fault kind logged for it (":quiet": not logged)
         self._overload_logged: dict[str, float] = {}
@@ -122,16 +121,16 @@ class Sender:
     async def post(self, attempt: Batch) -> Reply | TransportError:
         """One bulk request under the gate and the limit: the answer, or the transport failure."""
         token = await self._acquire()
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         try:
             reply = await self.client.post_bulk(attempt.body, attempt.gzipped)
         except TransportError as e:
             self.last_transport_failure = self.clock.monotonic()   # what is in flight now may never answer
-            self._release(token, time.monotonic() - t0, True)
+            self._release(token, self.clock.monotonic() - t0, True)
             self.events.bulk_sent(e.host or "?", "error", attempt.count, len(attempt.body), 0.0)
             return e
         except BaseException:
-            self._release(token, time.monotonic() - t0, False)
+            self._release(token, self.clock.monotonic() - t0, False)
             raise
         pushback = reply.status in bulkproto.PUSHBACK_STATUSES
         self._release(token, reply.seconds, pushback)
@@ -171,7 +170,7 @@ class Sender:
                 if pending is None:
                     pending = _pairs(attempt)
                 for i, status, reason in outcome.dead:
-                    dead.append(dead_letter(pending[i], status, reason))
+                    dead.append(dead_letter(pending[i], status, reason, self.clock.time()))
                 if not outcome.retry:
                     self._answered(reply, blocked=None)
                     return dead
@@ -190,7 +189,7 @@ class Sender:
                 if pending is None:
                     pending = _pairs(attempt)
                 if verdict.kind == "dead" or len(pending) == 1:
-                    dead.extend(dead_letter(p, reply.status, verdict.reason) for p in pending)
+                    dead.extend(dead_letter(p, reply.status, verdict.reason, self.clock.time()) for p in pending)
                     return dead
                 mid = len(pending) // 2
                 for half in (pending[:mid], pending[mid:]):
@@ -264,7 +263,7 @@ class Sender:
         a cluster shedding every other request would otherwise log twice a request."""
         if self._episodes.get(host) in (kind, kind + ":quiet"):
             return
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if kind == "overloaded" and now - self._overload_logged.get(host, float("-inf")) < OVERLOAD_LOG_EVERY_S:
             self._episodes[host] = kind + ":quiet"
             return
@@ -292,7 +291,7 @@ class Sender:
         if error is not None:
             self.last_error = redact(error)
         if up:
-            self.last_success = time.monotonic()
+            self.last_success = self.clock.monotonic()
         if up != self.up:
             self.up = up
             self.events.output_state(up, None if up else self.last_error)
@@ -306,7 +305,8 @@ def _pairs(attempt: Batch) -> list[bytes]:
     return bulkproto.split_pairs(_raw(attempt))
 
 
-def dead_letter(pair: bytes, status: int, reason: str) -> DeadLetter:
+def dead_letter(pair: bytes, status: int, reason: str, at: float) -> DeadLetter:
+    """The dead letter of one bulk pair; `at` is the wall time it was given up."""
     meta, source = bulkproto.pair_parts(pair)
     return DeadLetter(index=str(meta.get("_index", "")), reason=reason, status=status, document=source,
-                      at=time.time(), doc_id=str(meta.get("_id", "")))
+                      at=at, doc_id=str(meta.get("_id", "")))

@@ -8,7 +8,6 @@ warning and shipping goes on; only an output that gives no answer at all holds t
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -220,10 +219,9 @@ def guard_first_bulk(client: BulkClient, cfg: Config) -> TemplateGate | None:
 
 
 
-async def inspect(client: BulkClient, cfg: Config, now: float | None = None) -> Inspection:
+async def inspect(client: BulkClient, cfg: Config, now: float) -> Inspection:
     """`shipper check`'s template part: the distribution of every host, whether `shipper` is
     installed and covers the indices, and the traps. Makes no change on the server."""
-    now = time.time() if now is None else now
     findings: list[Finding] = []
     if is_logsene(cfg):
         return Inspection([Finding(True, "template: skipped (the Logsene receiver manages the mapping)")])

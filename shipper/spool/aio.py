@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from shipper.clock import Clock
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool.contents import SpoolContents
 from shipper.spool.store import Bodies, BodiesOrMaker, Spool
@@ -120,8 +121,8 @@ def _set_exception(fut: asyncio.Future[Any], e: BaseException) -> None:
         fut.set_exception(e)
 
 
-def _open(state_dir: str) -> Spool:
-    spool = Spool(state_dir, headroom=True)      # room kept for acks on a full disk (issue 19)
+def _open(state_dir: str, clock: Clock | None) -> Spool:
+    spool = Spool(state_dir, headroom=True, clock=clock)      # room kept for acks on a full disk (issue 19)
     spool.set_autocheckpoint(0)     # on the spool thread's connection: the checkpointer thread does it
     return spool
 
@@ -164,12 +165,13 @@ class AsyncSpool:
         self._ckpt_thread.start()
 
     @classmethod
-    async def open(cls, state_dir: str, *, checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> AsyncSpool:
+    async def open(cls, state_dir: str, *, checkpoint_every_s: float = CHECKPOINT_EVERY_S,
+                   clock: Clock | None = None) -> AsyncSpool:
         """Open (and, after an older version, read in place) the spool under state_dir/spool, on
         the spool thread."""
         worker = SpoolThread()
         try:
-            spool = await worker.call(_open, state_dir)
+            spool = await worker.call(_open, state_dir, clock)
         except Exception:
             worker.stop(wait=True)         # the open has ended: the thread is idle, it ends at once
             raise

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 
 from shipper import statedir
+from shipper.clock import Clock, SystemClock
 
 log = logging.getLogger("shipper.spool")
 
@@ -63,11 +63,11 @@ class Headroom:
 
     def __init__(self, state_dir: str, max_reserve_bytes: int = MAX_RESERVE_BYTES,
                  statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock | None = None) -> None:
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, RESERVE_FILE)
         self._statvfs = statvfs
-        self._clock = clock
+        self._clock = clock or SystemClock()
         self._looked_at: float | None = None    # when may_write last measured and said yes
         self._spent = 0                         # bytes let through since that look
         st = statvfs(state_dir)
@@ -86,7 +86,7 @@ class Headroom:
         """True, without measuring, when the last look that said yes still leaves room for `nbytes`
         more beyond `held` (the WAL's size at that look): see REUSE_S. False: ask `may_write`."""
         if self.full or not room_is_clear(self.free_bytes, self._spent + held, nbytes, self.reserve_bytes,
-                                          None if self._looked_at is None else self._clock() - self._looked_at):
+                                          None if self._looked_at is None else self._clock.monotonic() - self._looked_at):
             return False
         self._spent += nbytes
         return True
@@ -94,7 +94,7 @@ class Headroom:
     def may_write(self, nbytes: int, queue_empty: bool = False) -> bool:
         """Before new batches are written: False (full) while less than the margin would stay free."""
         self._looked_at = None
-        looked_at = self._clock()
+        looked_at = self._clock.monotonic()
         free = self.measure()
         ok = should_write(free, nbytes, self.reserve_bytes, self.full, total_bytes=self.total_bytes,
                           queue_empty=queue_empty)

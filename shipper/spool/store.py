@@ -13,13 +13,13 @@ import dataclasses
 import logging
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import diskcache
 
 from shipper import statedir
+from shipper.clock import Clock, SystemClock
 from shipper.codec import gzip_compress
 from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
@@ -46,7 +46,9 @@ class Spool:
     dry), so under load an ack is one delete. Checkpoint-only commits write `c:` rows directly.
     """
 
-    def __init__(self, state_dir: str, *, read_only: bool = False, headroom: bool = False) -> None:
+    def __init__(self, state_dir: str, *, read_only: bool = False, headroom: bool = False,
+                 clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()             # wall time: when a batch was queued, a row quarantined
         path = os.path.join(state_dir, "spool")
         if read_only and not os.path.isdir(path):
             raise FileNotFoundError(path)
@@ -57,7 +59,7 @@ class Spool:
         self.read_only = read_only
         self.quarantined = 0                                # batch rows set aside: they did not decode
         # the daemon's spool keeps room for acks on a full disk (issue 19); tools and tests do not
-        self.headroom = Headroom(state_dir) if headroom and not read_only else None
+        self.headroom = Headroom(state_dir, clock=self.clock) if headroom and not read_only else None
         self._wal_seen = 0     # the WAL's size at the headroom's last look (_check_room)
         try:
             self.cache = open_cache(path, self.db_path)
@@ -294,7 +296,7 @@ class Spool:
         stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in made if n]
         if stored:
             self._check_room(sum(len(st) for st, _, _ in stored))
-        now = time.time()
+        now = self.clock.time()
         out: list[tuple[BatchMeta, bytes]] = []
         values: list[tuple[int, bytes]] = []
         for i, (st, raw_len, n) in enumerate(stored):
@@ -442,7 +444,7 @@ class Spool:
         lines again (they are in the quarantine, and in the file while it exists). False when the
         move could not be written (a full disk): the row stays and is tried again at the next start."""
         meta = self.pending.get(seq)
-        q = rows.quarantine_value(seq, reason, value, time.time())
+        q = rows.quarantine_value(seq, reason, value, self.clock.time())
         if meta is not None and not q["covers"]:
             q["covers"], q["events"] = dict(meta.covers), meta.events
         carried = self._carries.get(seq, {})
@@ -626,7 +628,7 @@ class Spool:
         if not items:
             return []
         stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in make_bodies([v for _, v in items]) if n]
-        now = time.time()
+        now = self.clock.time()
         out = [(BatchMeta(self.next_seq + i, n, raw_len, len(st), gzip, {}, now), st)
                for i, (st, raw_len, n) in enumerate(stored)]
 

@@ -25,10 +25,10 @@ import glob
 import logging
 import os
 import stat as stat_mod
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from shipper.clock import Clock, SystemClock
 from shipper.config import Symlinks
 from shipper.tail import opening
 from shipper.tail.opening import Refused
@@ -102,8 +102,8 @@ class Scanner:
     directory whose names came from the cache in this scan binds each path in it to the inode it
     was bound to at the last scan: `known_stat` hands back that scan's stat of such a path."""
 
-    def __init__(self, now_ns: Callable[[], int] = time.time_ns) -> None:
-        self._now_ns = now_ns                      # the wall clock (directory timestamps are wall time)
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()       # its wall time: directory timestamps are wall time
         self._dirs: dict[str, _Listing] = {}
         self._seen: dict[str, _Listing] = {}       # listed or reused in this scan
         self._trusted: set[str] = set()
@@ -165,7 +165,7 @@ class Scanner:
             self._trusted.add(dirname)        # as glob's paths name it: known_stat's lookup needs no normpath
             self.reused += 1
             return old
-        taken = self._now_ns()
+        taken = int(self._clock.time() * 1e9)
         names: list[str] = []
         dirs: list[str] | None = []
         links: list[str] = []

@@ -18,6 +18,7 @@ import pytest
 from shipper.model import Checkpoint
 from shipper.spool import AsyncSpool, Spool
 from shipper.spool import aio as aio_mod
+from tests.support.fake_clock import FakeClock
 
 
 def cp(inc: str, offset: int, **kw: Any) -> Checkpoint:
@@ -123,11 +124,11 @@ def test_commit_acking_keeps_the_margin_for_acks_and_an_ack_alone_still_goes(tmp
     s = Spool(str(tmp_path), headroom=True)
     try:
         fs = FakeFs(16 * MiB, 8 * MiB)
-        now = [0.0]
-        s.headroom = Headroom(str(tmp_path), statvfs=fs.statvfs, clock=lambda: now[0])
+        clock = FakeClock(start=0.0)
+        s.headroom = Headroom(str(tmp_path), statvfs=fs.statvfs, clock=clock)
         s.commit([(body(2), 2)], {"a": (0, 20)}, [cp("a", 20)], False)
         fs.free = s.headroom.reserve_bytes + 1024          # less than the margin beyond a batch
-        now[0] += REUSE_S                                  # the last look is too old to trust
+        clock.advance(REUSE_S)                                  # the last look is too old to trust
         with pytest.raises(SpoolFullError):
             s.commit_acking([(body(2000, "b"), 2000)], {"a": (20, 40)}, [cp("a", 40)], False, [1])
         assert sorted(s.pending) == [1]                     # nothing written, the ack not either

@@ -246,7 +246,7 @@ async def test_build_pipeline_gives_files_only_the_file_inputs(tmp_path: Path) -
     file_input = InputConfig(paths=(str(logs / "*.log"),))
     journal_input = InputConfig(paths=(), journald=JournaldConfig(directory=str(j.directory)))
     cfg = Config(state_dir=str(tmp_path / "state"), inputs=(journal_input, file_input))
-    spool = await open_state(cfg.state_dir)
+    spool = await open_state(cfg.state_dir, SystemClock())
     key = journal_key(str(j.directory), ())
     stored = Checkpoint(key, f"journald:{j.directory}", 0, 0, 0, "", 1, cursor=cursors(j)[0])
     file_cp = Checkpoint("0123456789ab", str(logs / "a.log"), 1, 2, 0, "", 5)

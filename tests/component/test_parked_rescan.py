@@ -62,7 +62,7 @@ async def parked(tmp_path: Path) -> AsyncIterator[Callable[[], Rig]]:
     async def make() -> Rig:
         rig = Rig(tmp_path, [str(logs / "*.log")], input_close_inactive_s=30.0)
         rigs.append(rig)
-        rig.p.files._scanner = Scanner(now_ns=_ahead)
+        rig.p.files._scanner = Scanner(_ahead())
         await rig.p.files.start(asyncio.Event())
         assert rig.p.files.watching
         await rig.step()                      # the first rescan: every file opened and read

@@ -26,7 +26,7 @@ def _line(n: int) -> bytes:
 
 def _rig(tmp_path: Path, **kw: Any) -> Rig:
     rig = Rig(tmp_path, [str(tmp_path / "logs/**/*.log")], **kw)
-    rig.p.files._scanner = Scanner(now_ns=_ahead)
+    rig.p.files._scanner = Scanner(_ahead())
     return rig
 
 

@@ -57,7 +57,7 @@ def test_status_of_a_stopped_daemon_never_shows_url_credentials(tmp_path: Path, 
     """No status.json yet (never ran, or removed): the hosts shown came from the config as written."""
     cfg = Config(state_dir=str(tmp_path / "state"), metrics=MetricsConfig(listen=None),
                  output=ElasticsearchConfig(hosts=("https://elastic:s3cr3t-pw@127.0.0.1:9200",)))
-    doc = status_cmd.collect(cfg)
+    doc = status_cmd.collect(cfg, time.time())
     text = orjson.dumps(doc).decode() + status_cmd.render(doc, cfg.state_dir, 0.0)
     assert "s3cr3t-pw" not in text
     assert "127.0.0.1:9200" in text

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from shipper.config import InputConfig
 from shipper.tail import discovery, scan
 from shipper.tail.scan import FULL_EVERY, RACY_NS, Scanner, reusable
+from tests.support.fake_clock import FakeClock
 
 PATTERNS = ["**/*.log", "*/*.log", "a/**", "**", "*.log", "a/*/x*.log", "[ab]*/**/*.log", ".h*/*.log",
             "**/b/*", "a/b/x.log", "*/", "**/.h/*.log"]
@@ -39,8 +40,11 @@ DIRS = ["a", "b", "a/b", "a/c", ".h", "a/.h", "b/b", "a/b/c"]
 FILES = ["x.log", "y.log", ".z.log", "w.txt", "x1.log"]
 
 
-def _ahead() -> int:
-    return time.time_ns() + 10 * 10**9
+def _ahead() -> FakeClock:
+    """A wall clock 10 s ahead of the kernel's: every listing looks older than RACY_NS."""
+    clock = FakeClock()
+    clock.advance_wall(10.0)
+    return clock
 
 
 _stamp = itertools.count(1_000_000_000)
@@ -133,7 +137,7 @@ def test_the_scanner_finds_what_glob_finds_across_changes_to_the_tree(
         _start_tree(root, ext, start)
         for d in [root, *_walk_dirs(root)]:
             _touch_dir(d)
-        scanner = Scanner(now_ns=_ahead)
+        scanner = Scanner(_ahead())
         assert _all(scanner, root) == _reference_all(root)
         for o in ops:
             _apply(root, ext, *o)
@@ -170,7 +174,7 @@ def test_a_scan_of_an_unchanged_tree_lists_no_directory_again(tmp_path: Path, mo
     pattern = str(root / "**/*.log")
     expected = sorted(glob.glob(pattern, recursive=True))
     listed = _counting_scandir(monkeypatch)
-    scanner = Scanner(now_ns=_ahead)
+    scanner = Scanner(_ahead())
     scanner.begin()
     first = sorted(scanner.iglob(pattern))
     scanner.end()
@@ -219,7 +223,7 @@ def test_scan_stat_reuses_the_stat_of_open_files_in_unchanged_directories_only(
     inp = InputConfig(paths=[str(root / "**/*.log")])
     keys = {path: (s.st_dev, s.st_ino) for path, _i, s in discovery.scan_stat([inp])}
     known = {p: k for p, k in keys.items() if "/a/" in p}           # a/ and a/b/ open, c/ not
-    scanner = Scanner(now_ns=_ahead)
+    scanner = Scanner(_ahead())
     discovery.scan_stat([inp], scanner=scanner, known=known)
     assert set(scanner.stats) == set(known), "only the open files' stats are kept"
     lstats: list[str] = []
@@ -259,7 +263,7 @@ def test_a_known_path_now_holding_another_file_is_stated_afresh(tmp_path: Path) 
     root = _tree(tmp_path)
     inp = InputConfig(paths=[str(root / "c/*.log")])
     [(path, _i, s)] = discovery.scan_stat([inp])[:1]
-    scanner = Scanner(now_ns=_ahead)
+    scanner = Scanner(_ahead())
     discovery.scan_stat([inp], scanner=scanner, known={path: (s.st_dev, s.st_ino)})
     reused: set[str] = set()
     # the caller's idea of what is open at the path disagrees with the last scan: no reuse
@@ -274,7 +278,7 @@ def test_a_symlink_whose_target_directory_appears_later_is_followed(tmp_path: Pa
     os.symlink(tmp_path / "pods", tmp_path / "logs" / "app")
     for d in (tmp_path, tmp_path / "logs"):
         _touch_dir(str(d))
-    scanner = Scanner(now_ns=_ahead)
+    scanner = Scanner(_ahead())
     pattern = str(tmp_path / "logs/**/*.log")
     for _ in range(2):
         scanner.begin()
@@ -558,7 +562,7 @@ def test_the_scanner_cuts_links_to_ancestors_and_finds_the_rest_across_changes_t
             _apply_with_loops(root, ext, "link_up", where, name, other)
         for d in [root, *_walk_dirs(root)]:
             _touch_dir(d)
-        scanner = Scanner(now_ns=_ahead)
+        scanner = Scanner(_ahead())
         assert _all_within(scanner, root) == _reference_all(root)
         for o in ops:
             _apply_with_loops(root, ext, *o)

@@ -103,11 +103,11 @@ def test_status_reason_prefers_elasticsearch_error() -> None:
 
 
 def test_retry_after_seconds_and_http_dates() -> None:
-    assert bulk.parse_retry_after("7") == 7.0
-    assert bulk.parse_retry_after(" 1.5 ") == 1.5
-    assert bulk.parse_retry_after("-3") == 0.0
-    assert bulk.parse_retry_after(None) is None and bulk.parse_retry_after("") is None
-    assert bulk.parse_retry_after("soon") is None
+    assert bulk.parse_retry_after("7", 0.0) == 7.0
+    assert bulk.parse_retry_after(" 1.5 ", 0.0) == 1.5
+    assert bulk.parse_retry_after("-3", 0.0) == 0.0
+    assert bulk.parse_retry_after(None, 0.0) is None and bulk.parse_retry_after("", 0.0) is None
+    assert bulk.parse_retry_after("soon", 0.0) is None
     now = 1_800_000_000.0          # 2027-01-15T08:00:00Z
     assert bulk.parse_retry_after("Fri, 15 Jan 2027 08:00:30 GMT", now=now) == pytest.approx(30.0)
     assert bulk.parse_retry_after("Fri, 15 Jan 2027 07:00:00 GMT", now=now) == 0.0

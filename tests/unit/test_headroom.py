@@ -15,6 +15,7 @@ from shipper.spool.headroom import (
     room_is_clear,
     should_write,
 )
+from tests.support.fake_clock import FakeClock
 
 MiB = 1 << 20
 
@@ -78,22 +79,22 @@ def test_the_reserve_is_made_released_on_a_full_disk_and_made_again(tmp_path: Pa
 
 def test_a_steady_trickle_looks_once_a_second_and_every_batch_near_the_edge(tmp_path: Path) -> None:
     fs = FakeFs(1024 * MiB, 512 * MiB)
-    now = [0.0]
-    h = Headroom(str(tmp_path), statvfs=fs.statvfs, clock=lambda: now[0])
+    clock = FakeClock(start=0.0)
+    h = Headroom(str(tmp_path), statvfs=fs.statvfs, clock=clock)
     assert h.reserve_bytes == 32 * MiB
     assert not h.clear_for(MiB)                       # nothing to trust before a look said yes
     looks = fs.looks
     assert h.may_write(MiB) and fs.looks == looks + 1
     for i in range(1, 21):                            # 20 batches within the second: no look
-        now[0] = i * 0.04
+        clock.now = i * 0.04
         assert h.clear_for(MiB, held=4 * MiB)
     assert fs.looks == looks + 1
-    now[0] = 1.0                                      # 1.0 s after the look: measure again
+    clock.now = 1.0                                      # 1.0 s after the look: measure again
     assert not h.clear_for(MiB)
     assert h.may_write(MiB) and fs.looks == looks + 2
     # another writer took the disk meanwhile: the next look sees it and pauses reading
     fs.free = 32 * MiB
-    now[0] = 2.0
+    clock.now = 2.0
     assert not h.clear_for(MiB) and not h.may_write(MiB) and h.full
     assert not h.clear_for(MiB)                       # while full, every batch looks
     # near the edge (under four margins beyond what was let through), every batch looks too

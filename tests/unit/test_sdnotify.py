@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from shipper import sdnotify
+from shipper.clock import SystemClock
 from shipper.sdnotify import Notifier, watchdog_interval_s
 
 
@@ -47,7 +48,7 @@ def test_messages_arrive_as_datagrams(receiver: tuple[socket.socket, str]) -> No
     assert sock.recv(4096) == b"STATUS=shipping 3 files"
     assert n.stopping()
     assert sock.recv(4096) == b"STOPPING=1"
-    assert n.reloading()
+    assert n.reloading(SystemClock().monotonic())
     lines = sock.recv(4096).decode().split("\n")
     assert lines[0] == "RELOADING=1"
     assert lines[1].startswith("MONOTONIC_USEC=") and int(lines[1].split("=")[1]) > 0

@@ -26,12 +26,7 @@ STILL_CIRCLES: set[frozenset[str]] = {
 STILL_LONG = {"shipper/config.py", "shipper/parse/container.py", "shipper/parse/document.py",
               "shipper/sources/file_reading.py", "shipper/sources/files.py", "shipper/spool/salvage.py",
               "shipper/spool/store.py", "shipper/tail/discovery.py"}
-STILL_READING_TIME = {"shipper/commands/demo.py", "shipper/commands/dlq.py", "shipper/commands/pipe.py",
-                      "shipper/commands/state.py", "shipper/commands/status.py", "shipper/endpoint.py",
-                      "shipper/metrics.py", "shipper/monitor.py", "shipper/sdnotify.py", "shipper/service.py",
-                      "shipper/ship/bulk.py", "shipper/ship/client.py", "shipper/ship/sender.py",
-                      "shipper/ship/template.py", "shipper/sources/files.py", "shipper/spool/headroom.py",
-                      "shipper/spool/store.py", "shipper/tail/scan.py"}
+STILL_READING_TIME = {"shipper/sources/files.py"}
 STILL_PROBING = {("shipper/pipeline.py", "s"), ("shipper/config_output.py", "ds")}
 STILL_PRIVATE = {"shipper/parse/container_doc.py", "shipper/parse/doc_splice.py", "shipper/parse/document.py"}
 STILL_LONG_HEADERS = {
