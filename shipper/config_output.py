@@ -94,8 +94,7 @@ def read_data_stream(es: Section, lines: Lines) -> DataStreamConfig | None:
     ds = DataStreamConfig(type=d.string("type", _DATA_STREAM_DEFAULTS.type),
                           dataset=d.string("dataset", _DATA_STREAM_DEFAULTS.dataset),
                           namespace=d.string("namespace", _DATA_STREAM_DEFAULTS.namespace))
-    for part in ("type", "dataset", "namespace"):
-        v = getattr(ds, part)
+    for part, v in (("type", ds.type), ("dataset", ds.dataset), ("namespace", ds.namespace)):
         if not _DS_PART_RE.fullmatch(v) or v.startswith((".", "_")):
             raise lines.error(d.key(part), f"expected lower-case letters, digits, `_` or `.` (no `-`), got {v!r}")
     if len(ds.name.encode()) > 100:

@@ -10,13 +10,26 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 PURE_PYTHON = os.environ.get("SHIPPER_PURE_PYTHON", "") not in ("", "0")
 MODULE_FILE = os.environ.get("SHIPPER_NATIVE_MODULE", "")
 
+# the signatures of shipper/_native.pyi, as the types of the names below
+Line = tuple[int, int, bytes, int]
+Chunk = bytes | bytearray | memoryview
+Splice = Callable[[list[Line], list[bytes], bytes | None, Callable[[int], bytes], bytes, bytes, bytes, bytes,
+                   tuple[bytes, ...], Callable[[Line], int], int, int, tuple[int, int]], int]
+SplitLines = Callable[[Chunk, Chunk, int, int, int], tuple[list[Line], int, int]]
+SplitSplice = Callable[[Chunk, Chunk, int, int, int, Callable[[bytes, bytes], bool] | None, list[bytes],
+                        dict[int, int], bytes | None, Callable[[int], bytes], bytes, bytes, bytes, bytes,
+                        tuple[bytes, ...], Callable[[Line], int], int, int, tuple[int, int]],
+                       tuple[int, int, int, int, int, int, int] | None]
 
-def _load(path: str) -> Any:
+
+def _load(path: str) -> ModuleType:
     """The extension from a file of its own, registered as shipper._native for every importer."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("shipper._native", path)
@@ -28,16 +41,24 @@ def _load(path: str) -> Any:
     return mod
 
 
-module: Any = None
-if MODULE_FILE:
-    module = _load(MODULE_FILE)
-else:
+def _built() -> ModuleType | None:
+    if MODULE_FILE:
+        return _load(MODULE_FILE)
     try:
-        from shipper import _native as module  # type: ignore[attr-defined,no-redef]
+        from shipper import _native
     except ImportError:   # pragma: no cover - built without a compiler
-        pass
+        return None
+    return _native
 
+
+module = _built()
 _on = module is not None and not PURE_PYTHON
-splice: Any = module.splice if _on else None             # DocBuilder: JSON line -> bulk pair
-split_lines: Any = module.split_lines if _on else None   # LineSplitter.feed: the complete lines
-split_splice: Any = module.split_splice if _on else None  # both at once (DocBuilder.split_builder)
+splice: Splice | None = module.splice if module is not None and _on else None       # DocBuilder: JSON line -> bulk pair
+split_lines: SplitLines | None = module.split_lines if module is not None and _on else None   # LineSplitter.feed
+split_splice: SplitSplice | None = module.split_splice if module is not None and _on else None   # both at once
+
+if TYPE_CHECKING:     # mypy holds the stub's signatures to the types above
+    from shipper import _native as _stub
+    _splice: Splice = _stub.splice
+    _split_lines: SplitLines = _stub.split_lines
+    _split_splice: SplitSplice = _stub.split_splice

@@ -40,11 +40,6 @@ POLL_S = 0.25                 # fallback look at open files when inotify said no
 IDLE_POLL_S = 2.0
 
 
-
-def _unsteady() -> None:
-    """A source without `steady_key`: its rows are made at every snapshot."""
-    return None
-
 class Pipeline:
     def __init__(self, cfg: Config, spool: AsyncSpool, contents: SpoolContents, sender: Sender,
                  events: Events, clock: Clock) -> None:
@@ -255,7 +250,7 @@ class Pipeline:
                 timeout = min(timeout, max(0.005, dl - now))
         woken = await self.clock.wait(self.wake, timeout, coalesce=timeout >= self._poll_s)
         if not woken and timeout >= self._poll_s and self.sources \
-                and all(getattr(s, "watching", False) for s in self.sources):
+                and all(s.watching for s in self.sources):
             self._poll_s = min(IDLE_POLL_S, self._poll_s * 2)   # a quiet poll tick: look less often
         if woken:
             pace = self.writer.last_commit_at + out.flush_min_interval_s - self.clock.monotonic()
@@ -303,38 +298,32 @@ class Pipeline:
     # ---------------------------------------------------------------- status
 
     _rows_key: tuple[Any, ...] | None = None
-    _rows: tuple[FileStatus, ...] = ()
-    _rows_risk = 0
+    _rows: tuple[tuple[FileStatus, ...], tuple[JournalStatus, ...], int] = ((), (), 0)
 
-    def _file_rows(self, extra: Sequence[Source]) -> tuple[tuple[FileStatus, ...], int]:
-        """Every source's status rows; the last ones again (the same tuple) while nothing they show
-        can have moved: every source steady (`steady_key`, all its files quiet), the same opens,
-        closes and checkpoint moves (a draft's ranges move only with them), no change in the
-        queue, no draft being written. An idle daemon with 1,000 files then makes no row per tick
-        (issue 14). With the rows: the sources' bytes at risk (steady, no file is renamed,
-        deleted or a copy, so they are the same too)."""
+    def _source_rows(self, extra: Sequence[Source]) -> tuple[tuple[FileStatus, ...], tuple[JournalStatus, ...], int]:
+        """Every source's status rows (files, journals); the last ones again (the same tuples)
+        while nothing they show can have moved: every source steady (`steady_key`, all its files
+        quiet; a journald source never is), the same opens, closes and checkpoint moves (a draft's
+        ranges move only with them), no change in the queue, no draft being written. An idle
+        daemon with 1,000 files then makes no row per tick. With the rows: the sources' bytes at
+        risk (steady, no file is renamed, deleted or a copy, so they are the same too)."""
         writing = self.writer.writing()
         key: tuple[Any, ...] | None = None
         if not extra and not writing:
-            keys = [getattr(s, "steady_key", _unsteady)() for s in self.sources]
+            keys = [s.steady_key() for s in self.sources]
             if all(k is not None for k in keys):
                 key = (*keys, self.outbox.changes)
                 if key == self._rows_key:
-                    return self._rows, self._rows_risk
+                    return self._rows
         shipped = self.outbox.shipped_offsets()
         rows = tuple(row for s in [*self.sources, *extra] for row in s.status(shipped, writing))
+        journald = tuple(j for s in self.sources if (j := s.journal_status(shipped, writing)) is not None)
         risk = sum(s.bytes_at_risk() for s in self.sources)
-        self._rows_key, self._rows, self._rows_risk = key, rows, risk
-        return rows, risk
+        self._rows_key, self._rows = key, (rows, journald, risk)
+        return self._rows
 
     def snapshot(self, extra: Sequence[Source] = ()) -> PipelineStatus:
-        files, at_risk = self._file_rows(extra)
-        # journald sources are the ones with a journal_status (journal_source.py is imported only for them)
-        journals = [s for s in self.sources if hasattr(s, "journal_status")]
-        journald: tuple[JournalStatus, ...] = ()
-        if journals:
-            shipped, writing = self.outbox.shipped_offsets(), self.writer.writing()
-            journald = tuple(s.journal_status(shipped, writing) for s in journals)
+        files, journald, at_risk = self._source_rows(extra)
         ob = self.outbox
         snd = self.sender
         return PipelineStatus(
@@ -342,7 +331,7 @@ class Pipeline:
             dead_letters=self.spool.dead_letters, output_up=snd.up, last_error=snd.last_error,
             last_success=snd.last_success, hosts=tuple(h.label for h in snd.client.hosts),
             bytes_at_risk=at_risk,
-            read_total=sum(getattr(s, "read_total", 0) for s in self.sources), shipped_total=ob.shipped_total,
+            read_total=sum(s.read_total for s in self.sources), shipped_total=ob.shipped_total,
             paused=ob.paused, in_flight=ob.in_flight,
             drained=ob.queue_events == 0 and self.writer.draft.empty() and not self.writer.committing
             and not ob.in_flight, journald=journald)

@@ -393,7 +393,7 @@ class DocBuilder:
                 _FAST_MS_MIN, _FAST_MS_MAX, self._ecs_arg)
 
         def split(chunk: Any, carry: bytes, pos: int, limit: int, flag: int) -> tuple[int, int, int, int, int, int, int] | None:
-            return fused(chunk, carry, pos, limit, flag, sniff, *rest)  # type: ignore[no-any-return]
+            return fused(chunk, carry, pos, limit, flag, sniff, *rest)
 
         return split
 

@@ -8,11 +8,11 @@ a position is committed only with the events it covers. Sources never commit, se
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from shipper.model import Checkpoint, Draft, FileStatus
+from shipper.model import Checkpoint, Draft, FileStatus, JournalStatus
 
 
 class Drafts(Protocol):
@@ -21,6 +21,11 @@ class Drafts(Protocol):
     @property
     def draft(self) -> Draft: ...
     def stage(self, cp: Checkpoint) -> None: ...
+
+    async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:
+        """Forget checkpoints between two drafts' writes: `pick` gets the incarnations the current
+        draft moves (never forgotten) and returns those to delete; returns the ones deleted."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,17 @@ class Source(Protocol):
     @property
     def exhausted(self) -> bool:
         """Nothing more will come (stdin at EOF, all read); files never are."""
+        ...
+
+    @property
+    def watching(self) -> bool:
+        """A watcher wakes the loop for whatever there is to read: when every source says so, a
+        quiet fallback poll may look less often."""
+        ...
+
+    @property
+    def read_total(self) -> int:
+        """Lines (entries) read since start."""
         ...
 
     async def start(self, wake: asyncio.Event) -> None:
@@ -83,6 +99,15 @@ class Source(Protocol):
         ...
 
     def bytes_at_risk(self) -> int: ...
+
+    def steady_key(self) -> Hashable | None:
+        """What moves whenever a row of `status` may change, while the source is steady, so the
+        status tick may keep the last rows while it stays the same; None: make them afresh."""
+        ...
+
+    def journal_status(self, shipped: Mapping[str, int], writing: list[Draft]) -> JournalStatus | None:
+        """A journald input's row of `shipper status` (its `journald` list); None for the others."""
+        ...
 
 
 def lowest_unshipped(inc: str, queued: int, shipped: Mapping[str, int], drafts: list[Draft]) -> int:

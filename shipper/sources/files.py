@@ -265,6 +265,9 @@ class FileSource:
                                   "copy" if f.role == "copy" else h.state))
         return out
 
+    def journal_status(self, shipped: Mapping[str, int], writing: list[Draft]) -> None:
+        return None
+
     def steady_key(self) -> tuple[int, int] | None:
         """While every open file is quiet (inotify names any write): what moves whenever one of
         `status`'s rows may change (opens and closes, checkpoint moves), so the status tick may
@@ -483,7 +486,7 @@ class FileSource:
             return [cp.incarnation for cp in gone
                     if self.catalog.get(cp.incarnation) is cp and cp.finished and cp.incarnation not in in_draft]
 
-        forgotten = await self.reader.writer.forget(pick)  # type: ignore[attr-defined]
+        forgotten = await self.reader.writer.forget(pick)
         for inc in forgotten:
             cp = self.catalog.unindex(inc)
             if cp is not None:

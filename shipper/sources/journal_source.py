@@ -196,6 +196,14 @@ class JournaldSource:
     def bytes_at_risk(self) -> int:
         return 0
 
+    def steady_key(self) -> None:
+        return None
+
+    @property
+    def watching(self) -> bool:
+        """False: the reader loop's poll keeps its pace while journalctl runs."""
+        return False
+
     # ---------------------------------------------------------------- status
 
     def journal_status(self, shipped: Mapping[str, int], writing: list[Draft]) -> JournalStatus:

@@ -52,6 +52,11 @@ class StdinSource:
     def exhausted(self) -> bool:
         return self.eof
 
+    @property
+    def watching(self) -> bool:
+        """False: the reader loop's poll keeps its pace while a pipe is read."""
+        return False
+
     async def start(self, wake: asyncio.Event) -> None:
         if self.is_file:
             return
@@ -159,3 +164,9 @@ class StdinSource:
 
     def bytes_at_risk(self) -> int:
         return 0
+
+    def steady_key(self) -> None:
+        return None
+
+    def journal_status(self, shipped: Mapping[str, int], writing: list[Draft]) -> None:
+        return None
