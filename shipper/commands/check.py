@@ -51,6 +51,23 @@ def file_note(path: str, rule: opening.Rule) -> tuple[str, bool]:
     return f" ({st.st_size} bytes)", True
 
 
+PROTECTED_HARDLINKS = "/proc/sys/fs/protected_hardlinks"
+
+
+def hardlink_warning(sysctl: str = PROTECTED_HARDLINKS) -> str | None:
+    """What to say when the kernel lets users hard-link files they cannot read (a hard link is the
+    file itself: the trust rules cannot tell it from the user's own); None when it does not."""
+    try:
+        with open(sysctl) as f:
+            value = f.read().strip()
+    except OSError:
+        return None
+    if value != "0":
+        return None
+    return ("fs.protected_hardlinks is 0: a user who can write a watched directory can hard-link a file "
+            "they cannot read into it, and shipper would read it (sysctl -w fs.protected_hardlinks=1)")
+
+
 def _input_of(path: str, inputs: Sequence[InputConfig]) -> int | None:
     """The first input with a glob matching `path` (or below whose fixed part it lies: a `**` walk's link)."""
     for i, inp in enumerate(inputs):
@@ -93,6 +110,9 @@ def check(config_path: str) -> int:
             print(f"  ... and {len(mine) - 50} more not read")
     if not cfg.inputs:
         print("inputs: none configured")
+    warning = hardlink_warning() if any(inp.journald is None for inp in cfg.inputs) else None
+    if warning:
+        print(f"inputs: WARNING: {warning}")
     sd = cfg.state_dir
     probe = sd if os.path.isdir(sd) else os.path.dirname(sd.rstrip("/")) or "/"
     if not os.access(probe, os.W_OK):

@@ -260,8 +260,10 @@ class FileSource:
                     size = max(size, os.fstat(h.fd).st_size)
                 except OSError:
                     pass
+            # a hole up to the end (a file extended ahead of its writer) is no lag: nothing to read there
+            end = size if h.hole_at is None else h.data_end
             acked = lowest_unshipped(cp.incarnation, cp.offset, shipped, drafts)
-            out.append(FileStatus(h.path, h.inode, cp.incarnation, acked, cp.offset, size, max(0, size - acked),
+            out.append(FileStatus(h.path, h.inode, cp.incarnation, acked, cp.offset, size, max(0, end - acked),
                                   "copy" if f.role == "copy" else h.state))
         return out
 

@@ -157,8 +157,9 @@ def open_directory(path: str) -> int | Refused | None:
 def judge_stat(path: str, lst: os.stat_result, st: os.stat_result, symlinks: Symlinks) -> Refused | None:
     """The scan's cheap look at a matched path (its lstat, and its stat when it is a link): why it
     will not be read, or None. Not the judgment (that is `open_log`'s, on what it opened): it keeps
-    files that would be refused from being queued for opening at every rescan."""
-    if stat_mod.S_ISLNK(lst.st_mode):
+    files that would be refused from being queued for opening at every rescan. A link to anything
+    but a file is not judged here (a directory's is the `**` walk's; the rest is not read anyway)."""
+    if stat_mod.S_ISLNK(lst.st_mode) and stat_mod.S_ISREG(st.st_mode):
         if symlinks == "none":
             return Refused(path, "a symbolic link", path, RULE_TEXT["none"])
         if symlinks == "owner" and lst.st_uid != 0 and lst.st_uid != st.st_uid:

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shipper.commands.check import hardlink_warning
 from shipper.sources.journald_probe import JournalDirRefused, check_journal, child_env, journal_directory
 from shipper.tail import identity, look, opening
 from shipper.tail.harvester import Harvester
@@ -507,3 +508,14 @@ def test_journalctl_reads_the_journal_directory_that_was_judged(tmp_path: Path) 
         pass
     c = check_journal(str(tmp_path / "proc-journal"), [])
     assert not c.is_readable and c.detail.endswith("not read: on /proc, /sys or /dev")
+
+
+def test_check_says_when_users_may_hard_link_files_they_cannot_read(tmp_path: Path) -> None:
+    """A hard link is the file itself: with fs.protected_hardlinks 0 the rules cannot tell it."""
+    sysctl = tmp_path / "protected_hardlinks"
+    sysctl.write_text("0\n")
+    warning = hardlink_warning(str(sysctl))
+    assert warning is not None and "fs.protected_hardlinks" in warning
+    sysctl.write_text("1\n")
+    assert hardlink_warning(str(sysctl)) is None
+    assert hardlink_warning(str(tmp_path / "absent")) is None
