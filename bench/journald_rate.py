@@ -80,7 +80,7 @@ async def read(directory: Path, n: int, build: bool, all_fields: bool) -> tuple[
         batch = await reader.read()
         got += len(batch)
         if build:
-            nbytes += builder.build_source([source_event(e) for e in batch], out)
+            nbytes += builder.build_source([source_event(e) for e in batch], out, time.time())
             out.clear()
     wall = time.perf_counter() - t0
     await reader.close()

@@ -23,6 +23,10 @@ from shipper.config_output import DataStreamConfig as DataStreamConfig
 from shipper.config_output import IndexTemplateMode as IndexTemplateMode
 from shipper.config_output import TLSConfig as TLSConfig
 from shipper.config_output import read_aws_sigv4, read_data_stream, read_tls
+from shipper.config_processors import ConditionConfig as ConditionConfig  # re-exported, as the two below
+from shipper.config_processors import SampleConfig as SampleConfig
+from shipper.config_processors import ThrottleConfig as ThrottleConfig
+from shipper.config_processors import read_conditions, read_redact, read_sample, read_throttle
 from shipper.config_values import Lines as _Lines
 from shipper.config_values import Section as _Section
 from shipper.config_values import check_regex as _regex
@@ -93,6 +97,11 @@ class InputConfig:
     symlinks: Symlinks = "owner"              # which symbolic links are followed: see tail/opening.py
     journald: JournaldConfig | None = None    # set: a journald input (and `paths` is empty)
     ecs: EcsMode = "add"                      # the ECS fields of pino/bunyan/pino-http keys (parse/ecs.py)
+    # the processors (parse/processors.py): drop, sample, throttle, redact built documents
+    drop_when: tuple[ConditionConfig, ...] = ()
+    sample: tuple[SampleConfig, ...] = ()
+    throttle: ThrottleConfig | None = None
+    redact: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +302,10 @@ def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
         symlinks=_symlinks(s, lines),
         journald=journald,
         ecs=_ecs(s),
+        drop_when=read_conditions(s, "drop_when", lines),
+        sample=read_sample(s, lines),
+        throttle=read_throttle(s, lines),
+        redact=read_redact(s, lines),
     )
     s.finish()
     return cfg

@@ -51,6 +51,7 @@ HELP = {
     "shipper_events_read_total": ("counter", "Events read from files, stdin or the journal."),
     "shipper_events_shipped_total": ("counter", "Events acknowledged by Elasticsearch (409 duplicates included)."),
     "shipper_events_dead_letter_total": ("counter", "Events rejected for good and kept in the dead-letter queue."),
+    "shipper_events_dropped_total": ("counter", "Events an input's filters dropped (not shipped, checkpointed as shipped), by input and reason: drop_when, sample, throttle, exclude_lines, include_lines."),
     "shipper_bulk_requests_total": ("counter", "Bulk requests by HTTP status, or error when no answer came."),
     "shipper_bulk_items_total": ("counter", "Items inside bulk answers, by status (failure_store: taken into the data stream's failure store)."),
     "shipper_retries_total": ("counter", "Bulk attempts that had to be retried."),
@@ -168,6 +169,10 @@ class Metrics:
     def clear_gauge(self, name: str) -> None:
         for k in [k for k in self.gauges if k[0] == name]:
             del self.gauges[k]
+
+    def series(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """Every labelled series of a counter: (labels, value)."""
+        return [(dict(labels), v) for (n, labels), v in self.counters.items() if n == name]
 
     def get(self, name: str, **labels: str) -> float:
         key = (name, tuple(sorted(labels.items())) if labels else ())
@@ -301,6 +306,9 @@ class TelemetryEvents(Events):
 
     def checkpoints_forgotten(self, count: int, remaining: int) -> None:
         log.info("checkpoints of removed files forgotten", extra={"count": count, "remaining": remaining})
+
+    def events_dropped(self, input: str, reason: str, count: int) -> None:
+        self.m.inc("shipper_events_dropped_total", count, input=input, reason=reason)
 
     def lines_read(self, path: str, count: int, nbytes: int) -> None:
         self.m.inc("shipper_events_read_total", count)

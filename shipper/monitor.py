@@ -253,7 +253,16 @@ class Monitor:
             "read_total": int(self.m.get("shipper_events_read_total")),
             "shipped_total": int(self.m.get("shipper_events_shipped_total")),
             "bytes_at_risk": p.bytes_at_risk if p else 0,
+            "inputs": self.dropped_by_input(),
         }
+
+    def dropped_by_input(self) -> list[dict[str, Any]]:
+        """Per input (its label), the events its filters dropped since the start, by reason: the
+        inputs that have a filter (drop_when, sample, throttle, include_lines, exclude_lines)."""
+        by: dict[str, dict[str, int]] = {}
+        for labels, v in self.m.series("shipper_events_dropped_total"):
+            by.setdefault(labels.get("input", ""), {})[labels.get("reason", "")] = int(v)
+        return [{"input": k, "dropped": d, "dropped_total": sum(d.values())} for k, d in sorted(by.items())]
 
     def progress(self, p: PipelineStatus, now: float, files: list[dict[str, Any]], always: bool = False) -> None:
         """Log "catching up" (rate, lag, ETA) every PROGRESS_EVERY_S while a backlog lasts, and

@@ -24,14 +24,21 @@ MSGS = ("request completed", "user logged in", "cache miss", "payment accepted",
 
 
 def _pino(seq: int, rng: random.Random, now: float) -> str:
+    """A line as pino-http under OpenTelemetry's pino instrumentation writes one (trace_id,
+    span_id): shipper adds the ECS fields Kibana reads (docs/pino.md), which the hit shows."""
     level = rng.choice((30, 30, 30, 30, 40, 50))
+    msg = rng.choice(MSGS)
     doc: dict[str, Any] = {"level": level, "time": int(now * 1000), "pid": 4242,
-                           "hostname": socket.gethostname(), "reqId": f"req-{rng.randrange(1 << 32):08x}",
-                           "msg": rng.choice(MSGS), "seq": seq}
-    if rng.random() < 0.5:
-        doc["req"] = {"method": rng.choice(("GET", "POST")), "url": f"/api/items/{rng.randrange(1000)}"}
+                           "hostname": socket.gethostname(), "name": "demo-shop",
+                           "trace_id": f"{rng.getrandbits(128):032x}", "span_id": f"{rng.getrandbits(64):016x}",
+                           "msg": msg, "seq": seq}
+    if msg.startswith("payment") or rng.random() < 0.5:
+        doc["req"] = {"id": seq + 1, "method": rng.choice(("GET", "POST")),
+                      "url": f"/api/items/{rng.randrange(1000)}?page={rng.randrange(1, 5)}",
+                      "headers": {"user-agent": "Mozilla/5.0 (X11; Linux x86_64) demo/1.0"},
+                      "remoteAddress": "127.0.0.1", "remotePort": 40000 + rng.randrange(20000)}
         doc["res"] = {"statusCode": rng.choice((200, 200, 201, 404, 500))}
-        doc["responseTime"] = round(rng.random() * 120, 2)
+        doc["responseTime"] = rng.randrange(1, 120)
     return json.dumps(doc, separators=(",", ":"))
 
 
@@ -89,7 +96,7 @@ def demo(lines: int = 3000) -> int:
 log_level: info
 inputs:
   - paths: ['{logs}/*.log']
-    fields: {{service: demo-api}}
+    fields: {{service: {{environment: demo}}}}     # merged with service.name, from pino's name
 output:
   elasticsearch:
     hosts: ['{es}']
@@ -153,8 +160,12 @@ metrics:
             hits = json.loads(r.read())["hits"]["hits"]
             hit = hits[0] if hits else None
         if hit:
-            print("\nsample search hit (message:payment):")
-            print(json.dumps({"_index": hit["_index"], "_id": hit["_id"], "_source": hit["_source"]}, indent=2))
+            src = hit["_source"]
+            print("\nsample search hit (message:payment), the ECS fields Kibana reads first (inputs[].ecs):")
+            ecs = ("@timestamp", "message", "log", "host", "service", "trace", "span", "process", "http", "url",
+                   "client", "user_agent", "event")
+            shown = {k: src[k] for k in ecs if k in src} | {k: v for k, v in src.items() if k not in ecs}
+            print(json.dumps({"_index": hit["_index"], "_id": hit["_id"], "_source": shown}, indent=2))
         ok = not missing and dups == 0 and len(seqs) == lines
         print("\nall lines arrived exactly once" if ok else "\nSOMETHING WENT WRONG: see " + err.name)
         return 0 if ok else 1

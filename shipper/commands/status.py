@@ -291,6 +291,9 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
         if j.get("lag_seconds"):
             behind += f" ({human_duration(j['lag_seconds'])})"
         lines.append(f"journal: {where} ({units}): {behind}   cursor: {j.get('cursor') or 'none yet'}")
+    for i in doc.get("inputs") or []:
+        why = ", ".join(f"{r} {n:,}" for r, n in sorted((i.get("dropped") or {}).items()))
+        lines.append(f"dropped: {i.get('dropped_total', 0):,} events of {i.get('input')}" + (f" ({why})" if why else ""))
     files = doc.get("files") or []
     if not files:
         if not doc.get("journald"):

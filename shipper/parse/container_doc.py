@@ -4,7 +4,7 @@ A record's text is parsed as format auto parses a line (a pino line gives the do
 in a file), with the runtime's time in place of the read time: @timestamp is the line's own time
 if it has one, else the runtime's. Added: log.stream, the fields the path tells
 (`path_metadata`: kubernetes.*, container.*), docker.attrs when the runtime wrote some. Plain
-lines among them (stream "") are built by `DocBuilder.build`, in order, as any line of a file.
+lines among them (stream "") are built by `DocBuilder.build_pairs`, in order, as any line of a file.
 
 The usual record (a JSON object with none of the keys enrichment adds) is spliced as a file's
 JSON line is: in C when it is built (log.stream rides in its `mid` bytes, the path's fields in
@@ -95,7 +95,7 @@ class ContainerDocs:
             stream = ev[4]
             if native is not None and stream and ev[6] is None and (not same or same[0][4] == stream):
                 if plain:
-                    nbytes += b.build(incarnation, path, plain, now, out)
+                    nbytes += b.build_pairs(incarnation, path, plain, now, out)
                     plain = []
                 same.append(ev)
                 continue
@@ -108,13 +108,13 @@ class ContainerDocs:
                 plain.append(ev[:4])
                 continue
             if plain:
-                nbytes += b.build(incarnation, path, plain, now, out)
+                nbytes += b.build_pairs(incarnation, path, plain, now, out)
                 plain = []
             nbytes += one(incarnation, path, ev, now, out)
         if same:
             nbytes += self._build_records_native(incarnation, path, same, now, out)
         if plain:
-            nbytes += b.build(incarnation, path, plain, now, out)
+            nbytes += b.build_pairs(incarnation, path, plain, now, out)
         return nbytes
 
     def _build_records_native(self, incarnation: str, path: str, records: list[ContainerEvent], now: float,
@@ -204,7 +204,7 @@ class ContainerDocs:
         ecs_parts = splice_parts(obj, b.ecs, b.ecs_fixed)
         if ecs_parts is None:
             return -1
-        if b.line_filter is not None and not b.line_filter.keep(data.decode("utf-8", "replace")):
+        if b.line_filter is not None and b.line_dropped(data.decode("utf-8", "replace")):
             return 0
         static_prefix = b._static_prefix
         t = 0.0

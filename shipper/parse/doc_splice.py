@@ -57,7 +57,7 @@ def build_general(b: DocBuilder, incarnation: str, path: str, events: list[Line]
                 if ("@timestamp" not in d and "log" not in d and "host" not in d and d
                         and (field_keys is None or field_keys.isdisjoint(d))
                         and (ecs_parts := splice_parts(d, ecs, ecs_fixed)) is not None):
-                    if line_filter is not None and not line_filter.keep(data.decode("utf-8", "replace")):
+                    if line_filter is not None and b.line_dropped(data.decode("utf-8", "replace")):
                         continue
                     hostname, ecs_members = ecs_parts
                     t = 0.0

@@ -38,6 +38,7 @@ from shipper.parse.doc_values import (
 from shipper.parse.ecs import ROOTS as ECS_ROOTS
 from shipper.parse.ecs import apply_ecs, root_mask
 from shipper.parse.index import IndexRouter
+from shipper.parse.processors import Processors
 from shipper.parse.timeparse import format_timestamp, parse_timestamp
 
 if TYPE_CHECKING:
@@ -89,6 +90,11 @@ class DocBuilder:
         if inp.include_lines or inp.exclude_lines:
             from shipper.parse.filters import LineFilter
             self.line_filter = LineFilter(inp.include_lines, inp.exclude_lines)
+        procs = Processors(inp)
+        self.processors = procs if procs.active else None
+        self.dropped: dict[str, int] = {}       # reason -> events dropped since `take_dropped`
+        self.drop_reasons = (("include_lines",) if inp.include_lines else ()) + (
+            ("exclude_lines",) if inp.exclude_lines else ()) + procs.reasons
         self.transform: Any = None
         if inp.drop_fields or inp.rename_fields or inp.mask:
             from shipper.parse.filters import DocTransform
@@ -113,7 +119,9 @@ class DocBuilder:
         self._reserved_bytes = tuple(k.encode() for k in self._splice_reserved or ())
         if len(self._reserved_bytes) > 64:       # the C scan's limit; a config with 60 fields is rare
             self._native = None
-        self._split_splice = native_split_splice if self._native is not None else None
+        # the fused loop appends runs of pairs as one bytes object: not with processors, which
+        # drop or rewrite pairs one by one
+        self._split_splice = native_split_splice if self._native is not None and self.processors is None else None
 
     @property
     def fusable(self) -> bool:
@@ -226,7 +234,7 @@ class DocBuilder:
                 fl = ["json_parse_failed"]
         if obj is not None:
             doc: dict[str, Any] = obj
-            if self.line_filter is not None and not self.line_filter.keep(data.decode("utf-8", "replace")):
+            if self.line_filter is not None and self.line_dropped(data.decode("utf-8", "replace")):
                 return None
             if self.ecs != "off":
                 apply_ecs(doc, self.ecs, taken)
@@ -245,7 +253,7 @@ class DocBuilder:
             level = doc.get("level")
         else:
             text = data.decode("utf-8", "replace")
-            if self.line_filter is not None and not self.line_filter.keep(text):
+            if self.line_filter is not None and self.line_dropped(text):
                 return None
             doc = {"message": text}
             t, ts_text, level, bad_ts = now, None, None, None
@@ -311,10 +319,12 @@ class DocBuilder:
             doc = self.transform.apply(doc)
         return doc, t
 
-    def build_source(self, events: list[SourceEvent], out: list[bytes]) -> int:
-        """Append one bulk pair per event of a non-file source to `out` (each with its own `_id`);
-        returns the bytes appended (`parse/doc_splice.py`)."""
-        return build_source(self, events, out)
+    def build_source(self, events: list[SourceEvent], out: list[bytes], now: float) -> int:
+        """Append one bulk pair per event of a non-file source to `out` (each with its own `_id`),
+        but the ones the processors drop; returns the bytes appended (`parse/doc_splice.py`).
+        `now`: when they were read (the throttle's clock)."""
+        n0 = len(out)
+        return self._processed(out, n0, build_source(self, events, out), now)
 
     @property
     def containers(self) -> ContainerDocs:
@@ -328,22 +338,52 @@ class DocBuilder:
         """Append one bulk pair per joined container record (`parse/container.py`) to `out`;
         returns the bytes appended. `now` is the time the lines were read; the runtime's time
         (RFC 3339 text) is the fallback @timestamp of records without their own
-        (`parse/container_doc.py`)."""
-        return self.containers.build(incarnation, path, events, now, out)
+        (`parse/container_doc.py`). The processors drop or rewrite pairs as in `build`."""
+        n0 = len(out)
+        return self._processed(out, n0, self.containers.build(incarnation, path, events, now, out), now)
+
+    def line_dropped(self, text: str) -> bool:
+        """Does `include_lines`/`exclude_lines` drop this line? Counted when it does."""
+        why = self.line_filter.drop_reason(text)
+        if why is None:
+            return False
+        self.dropped[why] = self.dropped.get(why, 0) + 1
+        return True
+
+    def take_dropped(self) -> dict[str, int]:
+        """The events dropped since the last call, by reason (`shipper_events_dropped_total`)."""
+        d, self.dropped = self.dropped, {}
+        return d
+
+    def _processed(self, out: list[bytes], n0: int, nbytes: int, now: float) -> int:
+        """The input's processors over the pairs just appended (out[n0:]); the bytes left."""
+        if self.processors is None or len(out) == n0:
+            return nbytes
+        return self.processors.filter(out, n0, now, self.dropped)
 
     def build(self, incarnation: str, path: str, events: list[Line], now: float,
               out: list[bytes]) -> int:
-        """Append one bulk pair per event to `out`; returns the bytes appended (see `_build`).
+        """Append one bulk pair per event to `out`, but the ones the input's processors drop;
+        returns the bytes appended (`build_pairs`, then `parse/processors.py`). `now` is the time
+        the lines were read."""
+        n0 = len(out)
+        return self._processed(out, n0, self.build_pairs(incarnation, path, events, now, out), now)
+
+    def build_pairs(self, incarnation: str, path: str, events: list[Line], now: float,
+                    out: list[bytes]) -> int:
+        """`build` without the processors (see `_build`).
 
         Bad input never stops the pipeline: orjson parses JSON nested up to 1024 levels but
         serialises only 255, so such a line raises TypeError; then the events are built one by one
         and that line goes as text, flagged json_parse_failed.
         """
         n0 = len(out)
+        counted = dict(self.dropped)
         try:
             return self._build(incarnation, path, events, now, out)
         except TypeError:
             del out[n0:]
+            self.dropped = counted       # the lines the first try dropped are dropped again below
         nbytes = 0
         for ev in events:
             try:

@@ -205,3 +205,12 @@ def splice_parts(d: dict[str, Any], mode: EcsMode, fixed: frozenset[str] = froze
     dumps = orjson.dumps
     hostname = b',"hostname":' + dumps(host["hostname"]) if host is not None else b""
     return hostname, b"".join(b',"' + k.encode() + b'":' + dumps(v) for k, v in tree.items())
+
+
+def copies_of(path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The ECS fields the source at `path` is copied to (`("req", "url")` -> url.original, url.path,
+    url.query); [] when it is no source. Redacting a source removes these copies too."""
+    out = [tgt for src, tgt, _c in _MAP if src == path]
+    if ("url", "original") in out:
+        out += [("url", "path"), ("url", "query")]
+    return out

@@ -28,16 +28,20 @@ class LineFilter:
         return not self._include and not self._exclude
 
     def keep(self, text: str) -> bool:
+        return self.drop_reason(text) is None
+
+    def drop_reason(self, text: str) -> str | None:
+        """None: the line is kept; else the key that drops it (`include_lines`, `exclude_lines`)."""
         if self._include:
             for p in self._include:
                 if p.search(text) is not None:
                     break
             else:
-                return False
+                return "include_lines"
         for p in self._exclude:
             if p.search(text) is not None:
-                return False
-        return True
+                return "exclude_lines"
+        return None
 
 
 class DocTransform:

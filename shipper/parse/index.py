@@ -13,7 +13,7 @@ from typing import Any
 
 from shipper.parse.filters import MISSING, get_field, split_path
 
-__all__ = ["IndexRouter", "sanitize_index"]
+__all__ = ["IndexRouter", "field_refs", "field_text", "sanitize_index"]
 
 _REF_RE = re.compile(r"\{([^{}|]+)(?:\|([^{}]*))?\}")
 # Characters Elasticsearch refuses in index names (plus other whitespace, which it accepts but
@@ -41,16 +41,7 @@ class IndexRouter:
         if "%" not in pattern and "{" not in pattern:
             self._static = pattern.lower()
             return
-        self._literals: list[str] = []
-        self._refs: list[tuple[tuple[str, ...], str]] = []
-        pos = 0
-        for m in _REF_RE.finditer(pattern):
-            self._literals.append(pattern[pos:m.start()])
-            default = m.group(2)
-            self._refs.append((split_path(m.group(1).strip()),
-                               "unknown" if default is None else default))
-            pos = m.end()
-        self._literals.append(pattern[pos:])
+        self._literals, self._refs = field_refs(pattern)
         directives = {lit[i + 1] for lit in self._literals for i in range(len(lit) - 1) if lit[i] == "%"}
         self._has_time = bool(directives)
         if directives & _FINER_THAN_HOUR:
@@ -72,7 +63,7 @@ class IndexRouter:
             if name is None:
                 name = self._remember((bucket,), "".join(self._render(bucket)))
             return name
-        values = tuple(_scalar(get_field(doc, path), default) for path, default in self._refs)
+        values = tuple(field_text(get_field(doc, path), default) for path, default in self._refs)
         key = (bucket, *values)
         name = self._names.get(key)
         if name is None:
@@ -123,7 +114,24 @@ def sanitize_index(raw: str) -> str:
     return name
 
 
-def _scalar(value: Any, default: str) -> str:
+def field_refs(pattern: str) -> tuple[list[str], list[tuple[tuple[str, ...], str]]]:
+    """A pattern's literal parts and, between them, its `{field|fallback}` references as (dotted
+    path, fallback: `unknown` when none is given). len(literals) == len(refs) + 1."""
+    literals: list[str] = []
+    refs: list[tuple[tuple[str, ...], str]] = []
+    pos = 0
+    for m in _REF_RE.finditer(pattern):
+        literals.append(pattern[pos:m.start()])
+        default = m.group(2)
+        refs.append((split_path(m.group(1).strip()), "unknown" if default is None else default))
+        pos = m.end()
+    literals.append(pattern[pos:])
+    return literals, refs
+
+
+def field_text(value: Any, default: str) -> str:
+    """A field's value as a `{field}` reference renders it: missing, empty, null or not a scalar
+    gives the fallback."""
     if value is MISSING or value is None or value == "" or isinstance(value, (dict, list)):
         return default
     if value is True:

@@ -12,7 +12,11 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from shipper.config import InputConfig
+from shipper.events import Events
 from shipper.model import Checkpoint, Draft, FileStatus, JournalStatus
+from shipper.parse.document import DocBuilder
+from shipper.sources.journal_cursor import journal_key
 
 
 class Drafts(Protocol):
@@ -119,3 +123,29 @@ def lowest_unshipped(inc: str, queued: int, shipped: Mapping[str, int], drafts: 
         if cov is not None and cov[0] < out:
             out = cov[0]
     return out
+
+
+def input_label(inp: InputConfig) -> str:
+    """The `input` label of an input's metrics (`shipper_events_dropped_total`) and its name in
+    `shipper status`: a journald input's journal key (as its `shipper_journal_*` series have it),
+    else its globs."""
+    if inp.journald is not None:
+        return journal_key(inp.journald.directory, inp.journald.units)
+    return ",".join(inp.paths)
+
+
+class DropCounter:
+    """Tells the events what an input's builder dropped (`DocBuilder.take_dropped`), by reason;
+    from the start, each reason the input can drop for shows 0."""
+
+    def __init__(self, builder: DocBuilder, label: str, events: Events) -> None:
+        self.builder = builder
+        self.label = label
+        self.events = events
+        for reason in builder.drop_reasons:
+            events.events_dropped(label, reason, 0)
+
+    def report(self) -> None:
+        if self.builder.dropped:
+            for reason, n in self.builder.take_dropped().items():
+                self.events.events_dropped(self.label, reason, n)

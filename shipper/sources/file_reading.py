@@ -33,7 +33,7 @@ from shipper.parse.container import (
 )
 from shipper.parse.document import DocBuilder
 from shipper.parse.multiline import MultilineAggregator
-from shipper.sources.base import Drafts, Progress, Room
+from shipper.sources.base import Drafts, DropCounter, Progress, Room, input_label
 from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
 from shipper.tail.files import FileSet, Holder, Key, OpenFile, Parked, disk_stat
@@ -62,6 +62,8 @@ class FileReader:
         self.events = events
         self.clock = clock
         self.builders = [DocBuilder(inp, cfg.output.index, host_name) for inp in cfg.inputs]
+        self.drops = {i: DropCounter(b, input_label(inp), events)      # file inputs' (journald's: its source's)
+                      for i, (inp, b) in enumerate(zip(cfg.inputs, self.builders, strict=True)) if inp.journald is None}
         # inputs whose files the C loop reads and builds at once (no multiline; the C path built)
         self._fusable = [inp.multiline is None and b.fusable for inp, b in zip(cfg.inputs, self.builders, strict=True)]
         self._rescan_soon = rescan_soon
@@ -202,6 +204,8 @@ class FileReader:
             if records:
                 draft.nbytes += builder.build_container(cp.incarnation, cp.path, records, now_wall, draft.parts)
             draft.events += len(draft.parts) - n0
+            if builder.dropped:
+                self.drops[f.input_idx].report()
             self.read_total += len(lines) + len(records or ())
         if nread and not grouped:
             self.events.lines_read(cp.path, nread, 0)

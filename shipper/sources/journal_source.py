@@ -19,7 +19,7 @@ from shipper.config import Config
 from shipper.events import Events
 from shipper.model import Checkpoint, Draft, FileStatus, JournalStatus
 from shipper.parse.document import DocBuilder
-from shipper.sources.base import Drafts, Progress, Room, lowest_unshipped
+from shipper.sources.base import Drafts, DropCounter, Progress, Room, lowest_unshipped
 from shipper.sources.journal import (
     Cursor,
     JournalAssembler,
@@ -56,6 +56,7 @@ class JournaldSource:
         self.events = events
         self.clock = clock
         self.builder = DocBuilder(inp, cfg.output.index, host_name)
+        self.drops = DropCounter(self.builder, self.key, events)
         self.assembler = JournalAssembler(inp.multiline)
         self._ml_timeout_s = inp.multiline.timeout_s if inp.multiline is not None else 0.0
         if checkpoint is None:
@@ -247,8 +248,9 @@ class JournaldSource:
         draft = self.writer.draft
         if entries:
             n0 = len(draft.parts)
-            draft.nbytes += self.builder.build_source([source_event(e) for e in entries], draft.parts)
+            draft.nbytes += self.builder.build_source([source_event(e) for e in entries], draft.parts, now_wall)
             draft.events += len(draft.parts) - n0
+            self.drops.report()
             self.read_total += len(entries)
             self.events.lines_read(self.cp.path, len(entries), 0)
         pos = self.assembler.position

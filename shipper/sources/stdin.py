@@ -18,7 +18,7 @@ from shipper.config import InputConfig
 from shipper.events import Events
 from shipper.model import Draft, FileStatus, Line
 from shipper.parse.document import DocBuilder
-from shipper.sources.base import Drafts, Progress, Room, lowest_unshipped
+from shipper.sources.base import Drafts, DropCounter, Progress, Room, lowest_unshipped
 from shipper.tail import identity
 from shipper.tail.lines import LineSplitter
 
@@ -34,6 +34,7 @@ class StdinSource:
         self.events = events
         self.clock = clock
         self.builder = DocBuilder(inp, index, host_name)
+        self.drops = DropCounter(self.builder, "stdin", events)
         self.splitter = LineSplitter(0, inp.max_line_bytes)
         self.incarnation = identity.new_incarnation()
         st = os.fstat(fd)
@@ -103,6 +104,7 @@ class StdinSource:
             n0 = len(draft.parts)
             draft.nbytes += self.builder.build(self.incarnation, STDIN_PATH, lines, now_wall, draft.parts)
             draft.events += len(draft.parts) - n0
+            self.drops.report()
             self.read_total += len(lines)
             self.events.lines_read(STDIN_PATH, len(lines), 0)
         end = self.splitter.offset

@@ -402,7 +402,7 @@ async def test_a_pino_message_gives_the_file_document(tmp_path: Path) -> None:
     expected["log"]["syslog"] = {"priority": 6}
     assert r[0] == expected
     out: list[bytes] = []
-    b.build_source([source_event(e)], out)
+    b.build_source([source_event(e)], out, 0.0)
     assert f'"_id":"{doc_id(e.cursor)}"'.encode() in out[0]
 
 

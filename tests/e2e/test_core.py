@@ -26,7 +26,7 @@ from tests.support.es import ES
 from tests.support.proxy import FaultProxy
 from tests.support.rotate import rotate_rename
 from tests.support.wait import wait_until
-from tests.support.writer import Writer, write_lines
+from tests.support.writer import Writer, line_offsets, write_lines
 
 pytestmark = pytest.mark.slow
 
@@ -58,15 +58,6 @@ def wait_count(es: ES, n: int, timeout_s: float = 30.0, daemon: Daemon | None = 
 
 def iso_ms(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
-
-
-def line_offsets(path: Path) -> dict[int, int]:
-    """seq -> byte offset of its line in the file."""
-    out, pos = {}, 0
-    for raw in path.read_bytes().splitlines(keepends=True):
-        out[orjson.loads(raw)["seq"]] = pos
-        pos += len(raw)
-    return out
 
 
 # ---------------------------------------------------------------- 1. 10,000 lines, every SPEC field

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -16,4 +17,12 @@ def test_demo_ships_rotated_sample_logs_exactly_once() -> None:
     assert "missing lines:     0" in out
     assert "duplicates:        0" in out
     assert "sample search hit" in out
+    hit = json.loads(out[out.index("{", out.index("sample search hit")):out.index("\nall lines arrived")])
+    src = hit["_source"]
+    # the ECS fields of the pino-http line (docs/pino.md), ahead of pino's own
+    assert list(src)[:3] == ["@timestamp", "message", "log"]
+    assert src["trace"]["id"] == src["trace_id"] and src["url"]["original"] == src["req"]["url"]
+    assert src["url"]["path"] + "?" + src["url"]["query"] == src["req"]["url"]
+    assert src["http"]["response"]["status_code"] == src["res"]["statusCode"]
+    assert src["event"]["duration"] == src["responseTime"] * 1_000_000 and src["service"] == {"name": "demo-shop", "environment": "demo"}
     assert "all lines arrived exactly once" in out

@@ -51,6 +51,17 @@ def pino_line(seq: int, **extra: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 
+def line_offsets(path: str | os.PathLike[str]) -> dict[int, int]:
+    """seq -> byte offset of its line in the file (pino lines with a `seq`)."""
+    out, pos = {}, 0
+    with open(path, "rb") as f:
+        data = f.read()
+    for raw in data.splitlines(keepends=True):
+        out[json.loads(raw)["seq"]] = pos
+        pos += len(raw)
+    return out
+
+
 def append_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = False) -> None:
     """Append `data` with one O_APPEND open/write/close (creates the file, mode 0644)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -20,7 +20,7 @@ from shipper.config import load_config, load_config_text
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-CONFIG_SOURCES = ("config.py", "config_values.py", "config_output.py")
+CONFIG_SOURCES = ("config.py", "config_values.py", "config_output.py", "config_processors.py")
 # pages other branches bring at merge (containers: issue 16, state: issue 19); a link to one is
 # checked as soon as the file exists
 PENDING_PAGES = {"docs/containers.md", "docs/state.md"}
@@ -47,6 +47,25 @@ metrics: {listen: null, health_down_after: 30s}
 clean_removed_after: 2h
 """,
     f"output: {{elasticsearch: {{cloud_id: '{_CLOUD_ID}', username: u, password: p}}}}\n",
+    """
+inputs:
+  - paths: ['/var/log/app/*.log']
+    ecs: replace
+    drop_when:
+      - {field: req.url, equals: /healthz}
+      - {field: log.level, in: [trace, debug]}
+      - {field: message, matches: '^GET /static/'}
+      - {field: a, prefix: x}
+      - {field: b, exists: false}
+    sample:
+      - {field: url.path, prefix: /static/, keep: 0.01}
+      - {field: a, equals: 1, keep: 0.5}
+      - {field: a, in: [1, 2], keep: 0.5}
+      - {field: a, matches: x, keep: 0.5}
+      - {field: a, exists: true, keep: 0}
+    throttle: {key: '{service.name}', events_per_s: 1000, burst: 5000}
+    redact: [req.headers.authorization, password]
+""",
     "output: {elasticsearch: {url: 'https://search-logs.eu-west-1.es.amazonaws.com', "
     "aws_sigv4: {region: eu-west-1, service: es}, proxy_url: 'http://proxy:3128', document_id: none}}\n",
 )

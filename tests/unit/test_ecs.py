@@ -235,7 +235,7 @@ def test_journald_and_container_messages_get_the_fields_too() -> None:
     from shipper.parse.doc_values import SourceEvent
     b = builder()
     out: list[bytes] = []
-    b.build_source([SourceEvent("j-1-1", by_msg("request completed"), 0, NOW, {"process": {"pid": 1}})], out)
+    b.build_source([SourceEvent("j-1-1", by_msg("request completed"), 0, NOW, {"process": {"pid": 1}})], out, NOW)
     d = orjson.loads(out[0].split(b"\n")[1])
     # the journal's _PID wins over the line's pid (what the kernel vouches for); the rest is mapped
     assert d["process"] == {"pid": 1} and d["http"]["response"]["status_code"] == 200

@@ -205,7 +205,7 @@ def test_binary_and_oversized_messages_become_documents() -> None:
 def test_build_source_writes_create_pairs_with_the_journal_ids() -> None:
     out: list[bytes] = []
     b = jbuilder()
-    n = b.build_source([source_event(entry(1, "a")), source_event(entry(2, PINO))], out)
+    n = b.build_source([source_event(entry(1, "a")), source_event(entry(2, PINO))], out, 0.0)
     assert n == sum(map(len, out)) and len(out) == 2
     action, body = out[0].split(b"\n")[:2]
     assert orjson.loads(action) == {"create": {"_index": "logs-2026.09.21", "_id": f"j-{SID}-1"}}
@@ -216,7 +216,7 @@ def test_build_source_writes_create_pairs_with_the_journal_ids() -> None:
 def test_build_source_ships_json_too_deep_to_serialise_as_text() -> None:
     deep = "{\"a\":" * 300 + "1" + "}" * 300
     out: list[bytes] = []
-    jbuilder().build_source([source_event(entry(1, deep))], out)
+    jbuilder().build_source([source_event(entry(1, deep))], out, 0.0)
     body = orjson.loads(out[0].split(b"\n")[1])
     assert body["message"] == deep and body["log"]["flags"] == ["json_parse_failed"]
 
