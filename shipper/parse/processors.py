@@ -1,11 +1,7 @@
-"""Pure: an input's processors (SPEC: "Dropping, sampling, throttling, redacting") on the bulk pairs
-a `DocBuilder` appended: each document is read back, `drop_when`, `sample` and `throttle` decide
-whether it goes, `redact` rewrites it. They see the whole document (the ECS fields, `log.level`,
-`message`, the input's `fields`), as a user reads it in Kibana. Decisions only: counting what was
-dropped is the builder's (`DocBuilder.take_dropped`), telling the metrics the source's.
-
-`sample` decides by the `_id`, so a line read twice (after kill -9) gets the same decision; the
-throttle's buckets refill with the time events are read (`now`, passed in: the injected clock).
+"""Pure: an input's processors (SPEC: "Dropping, sampling, throttling, redacting") on the pairs a
+`DocBuilder` appended, each document read back: `drop_when`, `sample` (by `_id`) and `throttle`
+(refilled with the read time, passed in) decide whether it goes, `redact` rewrites it. Decisions
+only: the builder counts the drops, the source tells the metrics.
 """
 
 from __future__ import annotations
