@@ -90,7 +90,10 @@ def test_10k_pino_lines_arrive_exactly_once_with_the_spec_fields(tmp_path: Path,
         assert src["@timestamp"] == iso_ms(line["time"])
         assert src["message"] == line["msg"] and src["msg"] == line["msg"]
         assert src["log"] == {"level": "info", "file": {"path": str(log)}, "offset": offsets[src["seq"]]}
-        assert src["host"] == {"name": host}
+        # SPEC (ECS fields, `ecs: add` the default): host.hostname <- hostname, process.pid <- pid, ...
+        assert src["host"] == {"name": host, "hostname": line["hostname"]}
+        assert src["process"] == {"pid": line["pid"]} and src["url"]["original"] == line["req"]["url"]
+        assert src["http"]["response"]["status_code"] == line["res"]["statusCode"]
         assert src["env"] == "test" and src["team"] == {"name": "core"}
         for k, v in line.items():                  # every field of the line, as it was
             assert src[k] == v, (k, src[k], v)
