@@ -74,6 +74,7 @@ HELP = {
     "shipper_journal_entries_skipped_total": ("counter", "Journal entries skipped: not JSON, no cursor, or over the size limit."),
     "shipper_state_dir_full": ("gauge", "1 while the state dir's filesystem is full: reading paused, sending and acking go on (issue 19)."),
     "shipper_state_dir_free_bytes": ("gauge", "Bytes free on the state dir's filesystem (statvfs, for unprivileged users)."),
+    "shipper_state_written_bytes_total": ("counter", "Bytes written to the state dir: queue, checkpoints and dead letters, with SQLite's own pages (what the spool's threads passed to write(2))."),
     "shipper_bulk_latency_seconds": ("histogram", "Bulk request latency, answered requests only."),
     "shipper_bulk_docs": ("histogram", "Documents per bulk request."),
     "shipper_bulk_request_bytes": ("histogram", "Bytes per bulk request body, as sent (compressed when gzip is on)."),
@@ -145,6 +146,8 @@ class Metrics:
         self.gauges[("shipper_build_info", (("version", __version__),))] = 1
         self._process = process
         self._registry: CollectorRegistry | None = None
+        # counters whose value is kept elsewhere, read at each scrape (`probe`)
+        self._probes: dict[str, Callable[[], float | None]] = {}
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -153,11 +156,26 @@ class Metrics:
         if self._registry is None:
             from prometheus_client import CollectorRegistry, ProcessCollector
             reg = CollectorRegistry(auto_describe=False)
-            reg.register(_collector(lambda: families(self.counters, self.gauges, self.hist)))
+            reg.register(_collector(self._families))
             if self._process:
                 ProcessCollector(registry=reg)
             self._registry = reg
         return self._registry
+
+    def _families(self) -> list[Metric]:
+        self.read_probes()
+        return families(self.counters, self.gauges, self.hist)
+
+    def probe(self, name: str, read: Callable[[], float | None]) -> None:
+        """An unlabelled counter kept elsewhere (the kernel's count of a thread's writes): `read` is
+        called at each scrape and by `read_probes`; None leaves the last value."""
+        self._probes[name] = read
+
+    def read_probes(self) -> None:
+        for name, read in self._probes.items():
+            v = read()
+            if v is not None:
+                self.counters[(name, ())] = v
 
     def inc(self, name: str, value: float = 1, **labels: str) -> None:
         key = (name, tuple(sorted(labels.items())) if labels else ())

@@ -211,6 +211,7 @@ class Service:
         warn_cleartext_credentials(self.cfg)
         self.lock = StateLock(self.cfg.state_dir)
         self.spool = await open_state(self.cfg.state_dir, self.clock)
+        self.metrics.probe("shipper_state_written_bytes_total", self.spool.written_bytes)
         self.pipeline, _files = await build_pipeline(self.cfg, self.spool, self.events, self.clock)
         if self.cfg.metrics.listen:
             self._metrics_runner = await serve_metrics(self.cfg.metrics.listen, self.metrics, self.health,

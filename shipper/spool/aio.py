@@ -79,6 +79,10 @@ class SpoolThread:
         self._q.put((fn, args, fut, loop))
         return fut
 
+    @property
+    def native_id(self) -> int | None:
+        return self._thread.native_id
+
     def stop(self, wait: bool = True) -> None:
         """The thread ends after the calls handed to it before; `wait`: until it has."""
         self._q.put(None)
@@ -119,6 +123,21 @@ def _set_result(fut: asyncio.Future[Any], value: Any) -> None:
 def _set_exception(fut: asyncio.Future[Any], e: BaseException) -> None:
     if not fut.cancelled():
         fut.set_exception(e)
+
+
+def thread_written_bytes(native_id: int | None) -> int | None:
+    """What a thread of this process passed to write(2) and pwrite(2) (`wchar` in the kernel's
+    per-thread I/O accounting, /proc/self/task/TID/io); None where /proc does not say."""
+    if native_id is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{native_id}/io", "rb") as f:
+            for line in f.read().splitlines():
+                if line.startswith(b"wchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _open(state_dir: str, clock: Clock | None) -> Spool:
@@ -337,6 +356,19 @@ class AsyncSpool:
         await asyncio.to_thread(self._ckpt_thread.join)
         await self._call(self._spool.close)
         self._worker.stop(wait=True)       # idle now: it ends at once
+
+    def written_bytes(self) -> int | None:
+        """Bytes written to the state dir's spool (queue, checkpoints, dead letters, and the WAL
+        copied into the database): everything its two threads wrote, as the kernel counted it. The
+        spool thread is the only writer of the queue's SQLite files, the checkpointer the only one
+        that copies the WAL back. None where /proc has no per-thread accounting (not Linux)."""
+        total = 0
+        for tid in (self._worker.native_id, self._ckpt_thread.native_id):
+            n = thread_written_bytes(tid)
+            if n is None:
+                return None
+            total += n
+        return total
 
     # ---------------------------------------------------------------- WAL checkpoints
 

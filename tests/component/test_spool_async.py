@@ -267,3 +267,31 @@ def test_spool_thread_answer_after_the_loop_closed_is_dropped() -> None:
     finally:
         threading.excepthook = old_hook
         worker.stop()
+
+
+async def test_written_bytes_counts_what_the_spool_threads_wrote(tmp_path: Path) -> None:
+    """shipper_state_written_bytes_total: the spool threads' write(2) bytes, per the kernel. A 1 MiB
+    body (stored plain) is at least 1 MiB more; a checkpoint-only write is a few SQLite pages; the
+    process as a whole (its /proc/self/io) wrote at least as much meanwhile."""
+
+    def process_wchar() -> int:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+        raise AssertionError("no wchar in /proc/self/io")
+
+    a = await AsyncSpool.open(str(tmp_path))
+    try:
+        await a.flush()
+        w0, p0 = a.written_bytes(), process_wchar()
+        assert w0 is not None
+        big = os.urandom(1 << 20)
+        await a.commit([(big, 1)], {"a": (0, len(big))}, [cp("a", len(big))], False)
+        w1, p1 = a.written_bytes(), process_wchar()
+        assert w1 is not None and w1 - w0 >= len(big)
+        assert p1 - p0 >= w1 - w0
+        await a.commit([], {}, [cp("a", len(big) + 10)], False)
+        w2 = a.written_bytes()
+        assert w2 is not None and 0 < w2 - w1 < 64 * 1024      # a checkpoint row: a few pages, not the body again
+    finally:
+        await a.close()
