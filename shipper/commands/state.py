@@ -19,6 +19,7 @@ from shipper.commands.status import daemon_running
 from shipper.config import Config, MetricsConfig
 from shipper.errors import ShipperError, StateDamagedError
 from shipper.spool import rows, salvage
+from shipper.spool.lost import LostRange
 
 Action = Literal["check", "repair"]
 
@@ -32,7 +33,7 @@ def _config(config_path: str, state_dir: str | None) -> Config:
     return cfg
 
 
-def _range(r: salvage.LostRange) -> str:
+def _range(r: LostRange) -> str:
     a = "?" if r.start is None else str(r.start)
     b = "?" if r.end is None else str(r.end)
     seqs = ",".join(str(s) for s in r.seqs[:5]) + ("..." if len(r.seqs) > 5 else "")

@@ -26,7 +26,7 @@ from shipper.ship.client import redact_url
 from shipper.sources.journal import journal_key, status_entry
 from shipper.sources.journald import JOURNALCTL, read_head_sync
 from shipper.spool import SpoolContents
-from shipper.spool.salvage import read_stopped
+from shipper.spool.stopped import read_stopped
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
 ASK_TIMEOUT_S = 2.0

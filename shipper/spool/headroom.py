@@ -14,9 +14,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 from shipper import statedir
 from shipper.clock import Clock, SystemClock
+from shipper.errors import SpoolFullError
 
 log = logging.getLogger("shipper.spool")
 
@@ -70,6 +72,7 @@ class Headroom:
         self._clock = clock or SystemClock()
         self._looked_at: float | None = None    # when may_write last measured and said yes
         self._spent = 0                         # bytes let through since that look
+        self._wal_seen = 0                      # the WAL's size at the last look of check_batches
         st = statvfs(state_dir)
         self.total_bytes = st.f_blocks * st.f_frsize
         self.reserve_bytes = reserve_size(self.total_bytes, max_reserve_bytes)
@@ -111,6 +114,30 @@ class Headroom:
         if ok:
             self._looked_at, self._spent = looked_at, nbytes
         return ok
+
+    def check_batches(self, nbytes: int, wal_path: str, queue_empty: bool) -> None:
+        """New batches only while the margin for acks stays free beyond what they need: `nbytes` in
+        the WAL, then again in the database file when the WAL is checkpointed, plus what the WAL
+        (`wal_path`) already holds (a checkpoint copies it into the database file, which may have to
+        grow: with no room for that the WAL can never restart and no ack could be written). Raises
+        SpoolFullError (already logged): the writer waits it out, reading paused."""
+        if self.clear_for(2 * nbytes, held=self._wal_seen):
+            return             # a look less than a second old leaves room to spare (REUSE_S)
+        try:
+            wal = os.path.getsize(wal_path)
+        except OSError:
+            wal = 0
+        self._wal_seen = wal
+        if not self.may_write(2 * nbytes + wal, queue_empty=queue_empty):
+            e = SpoolFullError(f"state_dir is full: {self.free_bytes} bytes free, "
+                               f"{self.reserve_bytes} kept for acks and checkpoints")
+            e.logged = True
+            raise e
+
+    def status(self) -> dict[str, Any]:
+        """For status and metrics: is the state dir full, its free bytes (statvfs, fresh), the reserve."""
+        return {"full": self.full, "free_bytes": self.measure(),
+                "reserve_bytes": self.reserve_bytes if self.has_reserve else 0}
 
     def hit_full(self) -> None:
         """A write failed for a full disk: give the reserve back so acks and checkpoints can run."""

@@ -1,11 +1,6 @@
-"""The durable queue and checkpoints on diskcache's public API: batches, file offsets, dead letters.
-
-A batch is one bulk request's body (gzip-compressed once, here, off the event loop) plus the
-file ranges it covers. The checkpoints read up to are written in the same transaction as the
-batches, so a restart resumes exactly after what was queued; a batch leaves only when
-Elasticsearch acked it. Blocking: one thread only (`AsyncSpool` runs every call on its own
-worker); commands and tests use it directly while no daemon runs. Layout: `rows.py`.
-"""
+"""The durable queue on diskcache's public API: batches (a bulk request's body each, gzipped once,
+here) and the checkpoints they advance, in one transaction; a batch leaves only when acked. One
+thread only (AsyncSpool's; commands and tests while no daemon runs). Layout: rows.py."""
 
 from __future__ import annotations
 
@@ -24,9 +19,11 @@ from shipper.codec import gzip_compress
 from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool import rows
+from shipper.spool.carried import CheckpointBook
 from shipper.spool.contents import SpoolContents, shipped_offsets
-from shipper.spool.disk import DataDisk
+from shipper.spool.database import DECODE_ERRORS, Writes, damage_text, is_damage, open_cache
 from shipper.spool.headroom import Headroom, release_reserve
+from shipper.spool.loading import listed, load, upgrade
 
 log = logging.getLogger("shipper.spool")
 
@@ -60,7 +57,6 @@ class Spool:
         self.quarantined = 0                                # batch rows set aside: they did not decode
         # the daemon's spool keeps room for acks on a full disk (issue 19); tools and tests do not
         self.headroom = Headroom(state_dir, clock=self.clock) if headroom and not read_only else None
-        self._wal_seen = 0     # the WAL's size at the headroom's last look (_check_room)
         try:
             self.cache = open_cache(path, self.db_path)
         except sqlite3.OperationalError:
@@ -71,7 +67,7 @@ class Spool:
             self.cache = open_cache(path, self.db_path)
         if not read_only:
             statedir.private_sqlite_files(path)
-        self._autocheckpoint: int | None = None
+        self.writes = Writes(self.cache, self.headroom)
         try:
             # read-only beside a running daemon: the rows are read one by one (diskcache has no
             # read snapshot), so an ack between the listing and the read of a row makes that row
@@ -87,99 +83,30 @@ class Spool:
             if isinstance(e, sqlite3.DatabaseError) and not is_damage(e):
                 raise
             raise SpoolCorruptError(self.db_path, None, damage_text(e)) from e
-        self._limit_wal()
+        self.writes.limit_wal()
 
     # ---------------------------------------------------------------- opening
 
     def _load(self) -> bool:
-        """The queue and the checkpoints from the rows; False when a row listed was gone when
-        read (a writer beside us acked it): the view may then be older than any the writer had."""
-        self.pending: dict[int, BatchMeta] = {}
-        self.checkpoints: dict[str, Checkpoint] = {}
-        self.dead_letters = 0
-        self.quarantined = 0
-        self.next_seq = 1
-        self._version = 0                                   # the newest checkpoint version stored
-        self._carries: dict[int, dict[str, dict[str, Any]]] = {}   # seq -> checkpoints its row holds
-        self._carrier: dict[str, int] = {}                  # incarnation -> seq whose row holds its newest checkpoint
-        self._legacy: set[int] = set()                      # batches in the old two-row layout
-        whole = True
-        cache = self.cache
-        keys = list(cache.iterkeys())
-        legacy: dict[int, BatchMeta] = {}
-        newest: dict[str, tuple[int, dict[str, Any], int | None]] = {}    # inc -> (version, dict, carrier)
-
-        def offer(d: dict[str, Any], carrier: int | None) -> None:
-            v = int(d.get("v", 0))
-            self._version = max(self._version, v)
-            cur = newest.get(d["incarnation"])
-            if cur is None or v > cur[0]:
-                newest[d["incarnation"]] = (v, d, carrier)
-
-        for key in keys:
-            if not isinstance(key, str):
-                continue
-            if key.startswith(rows.LEGACY_META):
-                m = cache.get(key)
-                if m is not None:
-                    seq = int(key[len(rows.LEGACY_META):])
-                    legacy[seq] = rows.legacy_meta(seq, m)
-                else:
-                    whole = False
-            elif key.startswith(rows.CHECKPOINT):
-                v = cache.get(key)
-                if v is not None:
-                    try:
-                        offer(rows.unpack_checkpoint(v), None)
-                    except rows.BadRow as e:
-                        raise SpoolCorruptError(self.db_path, None, f"record {key}: {e}") from e
-                else:
-                    whole = False
-            elif key.startswith(rows.DEAD_LETTER):
-                self.dead_letters += 1
-            elif key.startswith(rows.QUARANTINE):
-                self.quarantined += 1
-        orphans = []
-        for seq in sorted(legacy):
-            self.pending[seq] = legacy[seq]
-            self._legacy.add(seq)
-            self.next_seq = max(self.next_seq, seq + 1)
-        for key in keys:
-            if not isinstance(key, int) or key in legacy:
-                continue
-            self.next_seq = max(self.next_seq, key + 1)
-            value = cache.get(key)
-            if value is None:
-                whole = False            # acked since the listing
-                continue
-            if not rows.is_batch_row(value):
-                # a body of the old layout without its metadata row (cannot happen: they were
-                # written in one transaction), as the old code treated it: harmless, removed
-                orphans.append(key)
-                continue
-            assert isinstance(value, bytes)
-            try:
-                row = rows.unpack_batch(key, value)
-                rows.batch_body(row, value)       # the crc32 too: damage is found at start, not mid-run
-            except rows.BadRow as e:
-                raise SpoolCorruptError(self.db_path, key, str(e)) from e
-            self.pending[key] = row.meta
-            if row.checkpoints:
-                self._carries[key] = row.checkpoints
-                for d in row.checkpoints.values():
-                    offer(d, key)
-        self.pending = dict(sorted(self.pending.items()))
-        for inc, (_v, d, carrier) in newest.items():
-            self.checkpoints[inc] = Checkpoint.from_dict(d)
-            if carrier is not None:
-                self._carrier[inc] = carrier
+        """The queue and the checkpoints from the rows (spool/loading.py); False when a row listed
+        was gone when read (a writer beside us acked it): the view may then be older than any the
+        writer had. A writer rewrites what an older version left first (loading.upgrade)."""
+        got = load(self.cache, self.db_path)
         if not self.read_only:
-            for key in orphans:
-                cache.delete(key)
-        return whole
+            upgrade(self.cache, got, self.writes.run, self.db_path, self.clock.time())
+        self.pending = got.pending
+        self.dead_letters, self.quarantined, self.next_seq = got.dead_letters, got.quarantined, got.next_seq
+        self.book = CheckpointBook(got.checkpoints, got.version, got.carries, got.carrier)
+        self._two_row = got.two_row          # 073664d's batches: left so only in a read-only view
+        return got.whole
 
     def close(self) -> None:
         self.cache.close()
+
+    @property
+    def checkpoints(self) -> dict[str, Checkpoint]:
+        """Each incarnation's newest checkpoint, wherever it is stored."""
+        return self.book.checkpoints
 
     @property
     def db_path(self) -> str:
@@ -188,8 +115,7 @@ class Spool:
     def set_autocheckpoint(self, pages: int) -> None:
         """On this thread's connection: checkpoint the WAL after a commit that leaves it over `pages`
         pages (SQLite's default 1000), or never (0: someone else checkpoints, see AsyncSpool)."""
-        self._autocheckpoint = pages
-        self.cache.reset("sqlite_wal_autocheckpoint", pages, update=False)
+        self.writes.set_autocheckpoint(pages)
 
     def contents(self) -> SpoolContents:
         return SpoolContents(tuple(self.pending.values()),
@@ -211,57 +137,6 @@ class Spool:
 
     # ---------------------------------------------------------------- writing
 
-    def _guard(self, fn: Callable[[], T]) -> T:
-        """Run a write; a full disk becomes SpoolFullError. diskcache rolls a failed statement's
-        transaction back, but not a failed COMMIT, after which SQLite may leave the transaction
-        open (a full disk hits at COMMIT, when the WAL is written): every later write would then
-        fail to begin. So after a failure an empty transaction probes the connection, and if it
-        cannot begin, the connection is closed (which rolls back) and the next call opens anew."""
-        try:
-            return fn()
-        except BaseException as e:
-            self._recover()
-            # SQLITE_FULL only (SQLite reports ENOSPC so): "database disk image is malformed"
-            # is damage, not a full disk (issue 19 saw it reported as "state dir is full")
-            full = (isinstance(e, sqlite3.Error)
-                    and (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL) or \
-                (isinstance(e, OSError) and e.errno == 28)     # ENOSPC
-            if full:
-                if self.headroom is not None:
-                    self.headroom.hit_full()        # the reserve goes: acks and checkpoints get room
-                raise SpoolFullError(f"state_dir is full: {e}") from e
-            raise
-
-    def _recover(self) -> None:
-        try:
-            with self.cache.transact():
-                return
-        except (diskcache.Timeout, sqlite3.Error):   # BEGIN failed: a transaction is still open here
-            pass
-        self.cache.close()
-        self._limit_wal()
-        if self._autocheckpoint is not None:
-            try:
-                self.cache.reset("sqlite_wal_autocheckpoint", self._autocheckpoint, update=False)
-            except sqlite3.Error:
-                pass            # applied again at the next failure; the checkpointer still runs
-
-    def _stamp(self, checkpoints: Iterable[Checkpoint]) -> dict[str, dict[str, Any]]:
-        """Checkpoints as stored, with the version of this write (one more than any stored)."""
-        v = self._version + 1
-        return {cp.incarnation: dict(cp.to_dict(), v=v) for cp in checkpoints}
-
-    def _remember(self, stamped: dict[str, dict[str, Any]], carrier: int | None) -> None:
-        if not stamped:
-            return
-        self._version += 1
-        for inc, d in stamped.items():
-            self.checkpoints[inc] = Checkpoint.from_dict(d)
-            if carrier is None:
-                self._carrier.pop(inc, None)
-            else:
-                self._carrier[inc] = carrier
-
     def commit(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
                checkpoints: Iterable[Checkpoint], gzip: bool) -> list[tuple[BatchMeta, bytes]]:
         """Store batches (each one bulk request: body, event count) and the checkpoints they advance,
@@ -269,7 +144,7 @@ class Spool:
         when all of them are acked. Returns each batch's metadata and stored body (posted as is).
         With no bodies (only checkpoint moves: filtered or empty lines) no batch is stored.
         """
-        stamped = self._stamp(checkpoints)
+        stamped = self.book.stamp(checkpoints)
         out, values = self._batches(bodies, covers, stamped, gzip)
         if not values:
             self._write_checkpoints(stamped)
@@ -283,7 +158,7 @@ class Spool:
                 for seq, value in values:
                     self.cache.set(seq, value)
 
-        self._guard(tx)
+        self.writes.run(tx)
         self._queued(out, stamped)
         return out
 
@@ -311,9 +186,7 @@ class Spool:
         self.next_seq = last + 1
         for meta, _ in out:
             self.pending[meta.seq] = meta
-        if stamped:
-            self._carries[last] = stamped
-        self._remember(stamped, last)
+        self.book.remember(stamped, last)
 
     def commit_acking(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
                       checkpoints: Iterable[Checkpoint], gzip: bool,
@@ -324,50 +197,34 @@ class Spool:
         carries moves to its own row unless this commit carries a newer one); the new batches and
         their checkpoints are written as `commit` writes them. No bodies and no checkpoints: only
         the acks. Seqs not queued (acked before) are skipped. Returns what `commit` returns."""
-        stamped = self._stamp(checkpoints)
+        stamped = self.book.stamp(checkpoints)
         # on SpoolFullError (no room for new batches) the acks are not written either: AsyncSpool
         # keeps them for its linger write, which carries no batch and so needs no room
         out, values = self._batches(bodies, covers, stamped, gzip)
         acked = [seq for seq in dict.fromkeys(acks) if seq in self.pending]
-        settle: dict[str, dict[str, Any]] = {}
-        for seq in acked:
-            for inc, d in self._carries.get(seq, {}).items():
-                if self._carrier.get(inc) == seq and inc not in stamped:
-                    settle[inc] = d
-        legacy = [seq for seq in acked if seq in self._legacy]
+        settle = self.book.settled(acked, newer=stamped)
         if not acked and not values and not stamped:
             return []
 
         def tx() -> None:
             with self.cache.transact():
-                for seq in acked:
-                    self.cache.delete(seq)
-                for seq in legacy:
-                    self.cache.delete(f"{rows.LEGACY_META}{seq}")
-                for inc, stored_cp in settle.items():
-                    self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(stored_cp))
+                self._drop(acked, settle)
                 if values:
                     for seq, value in values:
                         self.cache.set(seq, value)
                 else:
-                    for inc, d in stamped.items():
-                        self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(d))
+                    self._set_checkpoints(stamped)
 
-        self._guard(tx)
-        for seq in acked:
-            self.pending.pop(seq, None)
-            self._carries.pop(seq, None)
-            self._legacy.discard(seq)
-        for inc in settle:
-            self._carrier.pop(inc, None)
+        self.writes.run(tx)
+        self._dropped(acked, settle)
         if not values:
-            self._remember(stamped, None)
+            self.book.remember(stamped, None)
             return []
         self._queued(out, stamped)
         return out
 
     def save_checkpoints(self, checkpoints: Iterable[Checkpoint]) -> None:
-        self._write_checkpoints(self._stamp(checkpoints))
+        self._write_checkpoints(self.book.stamp(checkpoints))
 
     def _write_checkpoints(self, stamped: dict[str, dict[str, Any]]) -> None:
         if not stamped:
@@ -375,20 +232,35 @@ class Spool:
 
         def tx() -> None:
             with self.cache.transact():
-                for inc, d in stamped.items():
-                    self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(d))
+                self._set_checkpoints(stamped)
 
-        self._guard(tx)
-        self._remember(stamped, None)
+        self.writes.run(tx)
+        self.book.remember(stamped, None)
+
+    def _set_checkpoints(self, stored: dict[str, dict[str, Any]]) -> None:
+        """In a transaction: checkpoints (as stored, versioned) in their own rows."""
+        for inc, d in stored.items():
+            self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(d))
+
+    def _drop(self, seqs: Iterable[int], settle: dict[str, dict[str, Any]]) -> None:
+        """In a transaction: the batch rows of `seqs` deleted, the checkpoints they carried as their
+        file's newest (`settle`: book.settled) written to their own rows."""
+        for seq in seqs:
+            self.cache.delete(seq)
+        self._set_checkpoints(settle)
+
+    def _dropped(self, seqs: Iterable[int], settle: dict[str, dict[str, Any]]) -> None:
+        """After `_drop`'s transaction: the same in memory."""
+        for seq in seqs:
+            self.pending.pop(seq, None)
+        self.book.dropped(seqs, settle)
 
     def forget_checkpoints(self, incarnations: Iterable[str]) -> list[str]:
         """Delete the checkpoints of these incarnations, except those a queued batch still covers
         or carries (a restart must know where they stand until it is acked). Returns those deleted."""
-        busy: set[str] = set()
+        busy = self.book.carried()
         for m in self.pending.values():
             busy.update(m.covers)
-        for carried in self._carries.values():
-            busy.update(carried)
         incs = [inc for inc in incarnations if inc not in busy and inc in self.checkpoints]
         if not incs:
             return []
@@ -398,7 +270,7 @@ class Spool:
                 for inc in incs:
                     self.cache.delete(rows.CHECKPOINT + inc)
 
-        self._guard(tx)
+        self.writes.run(tx)
         for inc in incs:
             self.checkpoints.pop(inc, None)
         return incs
@@ -407,34 +279,31 @@ class Spool:
         """A queued batch's stored body, or None when it is not queued. A row that does not decode
         (its checksum or header is wrong, or SQLite cannot read it) is quarantined, never raised:
         see `quarantine`; None then too (the sender drops it from the outbox)."""
+        return self._read(seq, strict=False)
+
+    def read_strict(self, seq: int) -> bytes | None:
+        """`read` that raises SpoolCorruptError instead of quarantining (for tools and tests)."""
+        return self._read(seq, strict=True)
+
+    def _read(self, seq: int, strict: bool) -> bytes | None:
         try:
             value = self.cache.get(seq)
         except (sqlite3.DatabaseError, *DECODE_ERRORS) as e:
-            if isinstance(e, sqlite3.DatabaseError) and not is_damage(e):
+            if strict or (isinstance(e, sqlite3.DatabaseError) and not is_damage(e)):
                 raise
             self.quarantine(seq, damage_text(e), b"")
             return None
         if not isinstance(value, bytes):
             return None
-        if seq in self._legacy:
-            return value
+        if seq in self._two_row:
+            return value           # a read-only view of 073664d's layout: the bare body
         try:
             return rows.batch_body(rows.unpack_batch(seq, value), value)
         except rows.BadRow as e:
+            if strict:
+                raise SpoolCorruptError(self.db_path, seq, str(e)) from e
             self.quarantine(seq, str(e), value)
             return None
-
-    def read_strict(self, seq: int) -> bytes | None:
-        """`read` that raises SpoolCorruptError instead of quarantining (for tools and tests)."""
-        value = self.cache.get(seq)
-        if not isinstance(value, bytes):
-            return None
-        if seq in self._legacy:
-            return value
-        try:
-            return rows.batch_body(rows.unpack_batch(seq, value), value)
-        except rows.BadRow as e:
-            raise SpoolCorruptError(self.db_path, seq, str(e)) from e
 
     def quarantine(self, seq: int, reason: str, value: bytes) -> bool:
         """Move a batch row that does not decode out of the queue, into a "q:<seq>" row (with the
@@ -447,21 +316,17 @@ class Spool:
         q = rows.quarantine_value(seq, reason, value, self.clock.time())
         if meta is not None and not q["covers"]:
             q["covers"], q["events"] = dict(meta.covers), meta.events
-        carried = self._carries.get(seq, {})
-        settle = {inc: d for inc, d in carried.items() if self._carrier.get(inc) == seq}
+        carried = self.book.carries.get(seq, {})
+        settle = self.book.settled([seq])
 
         def tx() -> None:
             with self.cache.transact():
                 self.cache.set(f"{rows.QUARANTINE}{seq:016d}", rows.pack_quarantine(q))
-                self.cache.delete(seq)
-                if seq in self._legacy:
-                    self.cache.delete(f"{rows.LEGACY_META}{seq}")
-                for inc, stored_cp in settle.items():
-                    self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(stored_cp))
+                self._drop([seq], settle)
 
         moved = True
         try:
-            self._guard(tx)
+            self.writes.run(tx)
         except (SpoolFullError, sqlite3.Error) as e:
             moved = False
             log.error("corrupt queue record not quarantined", extra={"file": self.db_path, "seq": seq,
@@ -476,24 +341,12 @@ class Spool:
             "ranges": [{"path": paths.get(inc), "incarnation": inc, "from": r[0], "to": r[1]}
                        for inc, r in q["covers"].items()]})
         if moved:
-            self.pending.pop(seq, None)
-            self._carries.pop(seq, None)
-            self._legacy.discard(seq)
-            for inc in settle:
-                self._carrier.pop(inc, None)
+            self._dropped([seq], settle)
             self.quarantined += 1
         return moved
 
     def quarantined_items(self) -> list[dict[str, Any]]:
-        out = []
-        for key in self.cache.iterkeys():
-            if isinstance(key, str) and key.startswith(rows.QUARANTINE):
-                v = self.cache.get(key)
-                if v is not None:
-                    try:
-                        out.append(rows.unpack_quarantine(v))
-                    except rows.BadRow as e:
-                        raise SpoolCorruptError(self.db_path, None, f"record {key}: {e}") from e
+        out = [v for _k, v in listed(self.cache, rows.QUARANTINE, rows.unpack_quarantine, self.db_path)]
         out.sort(key=lambda v: int(v.get("seq", 0)))
         return out
 
@@ -501,11 +354,10 @@ class Spool:
         """Elasticsearch acknowledged the batch: it leaves, its dead letters (if any) are stored in
         the same transaction. Returns the number of dead letters stored."""
         dl = list(dead)
-        legacy = seq in self._legacy
-        settle = {inc: d for inc, d in self._carries.get(seq, {}).items() if self._carrier.get(inc) == seq}
+        settle = self.book.settled([seq])
 
         def tx() -> None:
-            if not dl and not settle and not legacy:
+            if not dl and not settle:
                 self.cache.delete(seq)              # the usual ack: a transaction of its own
                 return
             with self.cache.transact():
@@ -516,18 +368,10 @@ class Spool:
                         self.cache.set(f"{rows.DEAD_LETTER}{n:016d}", rows.pack_dead_letter(rows.dead_letter_value(
                             d.index, d.reason, d.status, d.document, d.at, d.doc_id)))
                     self.cache.set(rows.NEXT_DEAD_LETTER, n)
-                self.cache.delete(seq)
-                if legacy:
-                    self.cache.delete(f"{rows.LEGACY_META}{seq}")
-                for inc, stored_cp in settle.items():
-                    self.cache.set(rows.CHECKPOINT + inc, rows.pack_checkpoint(stored_cp))
+                self._drop([seq], settle)
 
-        self._guard(tx)
-        self.pending.pop(seq, None)
-        self._carries.pop(seq, None)
-        self._legacy.discard(seq)
-        for inc in settle:
-            self._carrier.pop(inc, None)
+        self.writes.run(tx)
+        self._dropped([seq], settle)
         self.dead_letters += len(dl)
         return self.dead_letters
 
@@ -538,75 +382,28 @@ class Spool:
             return None
         stored = gzip_compress(body) if gzip else body
         new = BatchMeta(seq, events, len(body), len(stored), gzip, meta.covers, meta.at)
-        value = rows.pack_batch(new, self._carries.get(seq, {}), stored)
-        legacy = seq in self._legacy
-
-        def tx() -> None:
-            with self.cache.transact():
-                self.cache.set(seq, value)
-                if legacy:
-                    self.cache.delete(f"{rows.LEGACY_META}{seq}")
-
-        self._guard(tx)
-        self._legacy.discard(seq)
+        value = rows.pack_batch(new, self.book.carries.get(seq, {}), stored)
+        self.writes.run(lambda: self.cache.set(seq, value))
         self.pending[seq] = new
         return new
 
     # ---------------------------------------------------------------- room (issue 19)
 
-    def _limit_wal(self) -> None:
-        """With headroom: the WAL file is cut back to the margin whenever a checkpoint resets it,
-        so its size is what the next checkpoint may still have to copy into the database file."""
-        if self.headroom is not None:
-            try:
-                self.cache.reset("sqlite_journal_size_limit", self.headroom.reserve_bytes, update=False)
-            except sqlite3.Error:
-                pass            # applied again when the connection is next opened by _recover
-
     def _check_room(self, nbytes: int) -> None:
-        """New batches only while the margin for acks stays free beyond what they need: `nbytes` in
-        the WAL, then again in the database file when the WAL is checkpointed, plus what the WAL
-        already holds (a checkpoint copies it into the database file, which may have to grow: with
-        no room for that the WAL can never restart and no ack could be written: the wedge of issue
-        19). Raises SpoolFullError: the writer waits it out, reading paused."""
-        h = self.headroom
-        if h is None:
-            return
-        if h.clear_for(2 * nbytes, held=self._wal_seen):
-            return             # a look less than a second old leaves room to spare (REUSE_S)
-        try:
-            wal = os.path.getsize(self.db_path + "-wal")
-        except OSError:
-            wal = 0
-        self._wal_seen = wal
-        if not h.may_write(2 * nbytes + wal, queue_empty=not self.pending):
-            e = SpoolFullError(f"state_dir is full: {h.free_bytes} bytes free, "
-                               f"{h.reserve_bytes} kept for acks and checkpoints")
-            e.logged = True
-            raise e
+        """New batches of `nbytes` only with the margin for acks free (Headroom.check_batches)."""
+        if self.headroom is not None:
+            self.headroom.check_batches(nbytes, self.db_path + "-wal", queue_empty=not self.pending)
 
     def room(self) -> dict[str, Any]:
         """For status and metrics: is the state dir full, its free bytes (statvfs, fresh)."""
         h = self.headroom
-        if h is None:
-            return {"full": False, "free_bytes": None, "reserve_bytes": 0, "quarantined": self.quarantined}
-        return {"full": h.full, "free_bytes": h.measure(), "reserve_bytes": h.reserve_bytes if h.has_reserve else 0,
-                "quarantined": self.quarantined}
+        room = h.status() if h is not None else {"full": False, "free_bytes": None, "reserve_bytes": 0}
+        return {**room, "quarantined": self.quarantined}
 
     # ---------------------------------------------------------------- dead letters
 
     def dead_letter_items(self) -> list[tuple[str, dict[str, Any]]]:
-        out = []
-        for key in self.cache.iterkeys():
-            if isinstance(key, str) and key.startswith(rows.DEAD_LETTER):
-                v = self.cache.get(key)
-                if v is not None:
-                    try:
-                        out.append((key, rows.unpack_dead_letter(v)))
-                    except rows.BadRow as e:
-                        raise SpoolCorruptError(self.db_path, None, f"record {key}: {e}") from e
-        out.sort()
-        return out
+        return listed(self.cache, rows.DEAD_LETTER, rows.unpack_dead_letter, self.db_path)
 
     def purge_dead_letters(self) -> int:
         keys = [k for k, _ in self.dead_letter_items()]
@@ -616,7 +413,7 @@ class Spool:
                 for k in keys:
                     self.cache.delete(k)
 
-        self._guard(tx)
+        self.writes.run(tx)
         self.dead_letters = 0
         return len(keys)
 
@@ -639,59 +436,10 @@ class Spool:
                 for k, _ in items:
                     self.cache.delete(k)
 
-        self._guard(tx)
+        self.writes.run(tx)
         for meta, _ in out:
             self.pending[meta.seq] = meta
         if out:
             self.next_seq = out[-1][0].seq + 1
         self.dead_letters = 0
         return out
-
-
-# ---------------------------------------------------------------- damage (issue 19)
-
-DECODE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)   # rows.BadRow is a ValueError
-_DAMAGE_CODES = (11, 26)        # SQLITE_CORRUPT ("database disk image is malformed"), SQLITE_NOTADB
-
-
-def is_damage(e: BaseException) -> bool:
-    """SQLite says the file is damaged (not busy, not full, not an I/O error)."""
-    code = getattr(e, "sqlite_errorcode", None)
-    if isinstance(e, sqlite3.DatabaseError) and code is not None:
-        return code & 0xFF in _DAMAGE_CODES
-    text = str(e)
-    return isinstance(e, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text)
-
-
-def damage_text(e: BaseException) -> str:
-    if isinstance(e, sqlite3.DatabaseError):
-        return f"SQLite: {e}"
-    return f"a stored record does not decode ({type(e).__name__}: {e})"
-
-
-def open_cache(path: str, db_path: str) -> diskcache.Cache:
-    try:
-        return diskcache.Cache(
-            path,
-            disk=DataDisk,              # data only: no pickles, no files named by a row (spool/disk.py)
-            size_limit=2**62,
-            eviction_policy="none",
-            cull_limit=0,
-            statistics=False,
-            tag_index=False,
-            disk_min_file_size=2**30,   # bodies live in SQLite: one transaction covers everything
-            sqlite_synchronous=1,       # NORMAL in WAL mode: durable across process kill
-            # diskcache's defaults (32 MiB page cache, 64 MiB mmap) make RSS grow with the queue
-            # while the destination is slow; the queue is written and read sequentially anyway.
-            sqlite_cache_size=256,
-            sqlite_mmap_size=0,
-            # diskcache's count/size triggers make every set() a statement SQLite may have to undo
-            # alone: its statement journal spilled to a temporary file (created, written, unlinked
-            # in $TMPDIR) for every batch over 64 KiB. In memory: -90 us of the spool thread per
-            # 2,000-doc commit (bench/README.md, issue 14's seventh round).
-            sqlite_temp_store=2,
-        )
-    except sqlite3.DatabaseError as e:
-        if is_damage(e):
-            raise SpoolCorruptError(db_path, None, damage_text(e)) from e
-        raise

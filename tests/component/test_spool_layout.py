@@ -264,6 +264,36 @@ def test_a_state_dir_of_the_previous_layout_opens_drains_and_upgrades(tmp_path: 
         s.close()
 
 
+def test_the_previous_layout_is_rewritten_once_at_open_and_read_as_it_is_by_a_read_only_view(tmp_path: Path) -> None:
+    """A writer rewrites 073664d's two-row batches at open (no write path meets them afterwards);
+    metadata whose body is gone is quarantined with its ranges; a read-only view rewrites nothing."""
+    from shipper.spool import rows as rows_mod
+    old_mod = old_spool_module()
+    old = old_mod.Spool(str(tmp_path))
+    old.commit([(body(3), 3)], {"a": (0, 300)}, [cp("a", 300)], True)                            # 1
+    old.commit([(body(1, "p"), 1)], {"b": (0, 50)}, [cp("b", 50, path="/var/log/b.log")], False)  # 2
+    old_bodies = {seq: old.read(seq) for seq in old.pending}
+    old.cache.delete(2)                             # metadata without its body
+    old.close()
+
+    view = Spool(str(tmp_path), read_only=True)
+    try:
+        assert view.read(1) == old_bodies[1] and "m:1" in rows(view) and "m:2" in rows(view)
+    finally:
+        view.close()
+    s = Spool(str(tmp_path))
+    try:
+        assert not [k for k in rows(s) if isinstance(k, str) and k.startswith("m:")]
+        assert [k for k in rows(s) if isinstance(k, int)] == [1]
+        assert rows_mod.is_batch_row(s.cache.get(1)) and s.read_strict(1) == old_bodies[1]
+        assert sorted(s.pending) == [1] and s.quarantined == 1
+        [q] = s.quarantined_items()
+        assert q["seq"] == 2 and q["covers"] == {"b": (0, 50)} and q["events"] == 1
+        assert s.checkpoints["a"].offset == 300 and s.checkpoints["b"].offset == 50
+    finally:
+        s.close()
+
+
 # ---------------------------------------------------------------- b19ade4's layout: pickles, read as data
 
 OLD_ROWS = Path(__file__).resolve().parents[1] / "fixtures" / "rows_b19ade4.py.txt"

@@ -17,6 +17,7 @@ from shipper.commands import state as state_cmd
 from shipper.errors import SpoolCorruptError, StateDamagedError
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool import Spool, salvage
+from shipper.spool.lost import lost_ranges
 
 PATH = "/var/log/app.log"
 
@@ -159,15 +160,15 @@ def test_lost_ranges_come_from_the_header_or_from_the_neighbours() -> None:
     lost = {2: None, 3: meta(3, {"a": (200, 300)}), 6: None, 8: None}
     cps = {"a": {"incarnation": "a", "path": "/l/a.log", "offset": 700, "v": 3}}
     got = {(r.start, r.end, r.seqs, r.exact)
-           for r in salvage.lost_ranges(good, lost, cps, closing=[1, 4, 7, 9])}
+           for r in lost_ranges(good, lost, cps, closing=[1, 4, 7, 9])}
     assert got == {(100, 400, (2,), False),        # 1 closed its commit; 4 may end one that 2 began
                    (200, 300, (3,), True),         # its own header
                    (400, 500, (6,), False),        # 5 and 7 are one commit: 6 was of it too
                    (500, 700, (8,), False)}        # 7 closed its commit; up to 9's end
     # a kept batch that does not close its commit: the lost one after it may hold its lines
-    [r] = salvage.lost_ranges({1: meta(1, {"a": (0, 100)}), 3: meta(3, {"a": (100, 200)})}, {2: None}, cps)
+    [r] = lost_ranges({1: meta(1, {"a": (0, 100)}), 3: meta(3, {"a": (100, 200)})}, {2: None}, cps)
     assert (r.start, r.end) == (0, 200)
     # the newest checkpoint was in the lost record: what it held is read again from the file
-    [again] = salvage.lost_ranges({7: good[7]}, {8: None}, {"a": {"incarnation": "a", "path": "/l/a.log",
+    [again] = lost_ranges({7: good[7]}, {8: None}, {"a": {"incarnation": "a", "path": "/l/a.log",
                                                                  "offset": 500, "v": 1}}, closing=[7])
     assert again.reread and again.path == "/l/a.log" and (again.start, again.end) == (500, None)

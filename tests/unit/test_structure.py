@@ -24,8 +24,7 @@ STILL_CIRCLES: set[frozenset[str]] = {
     frozenset({"shipper.ship.http1", "shipper.ship.proxy"}),
 }
 STILL_LONG = {"shipper/config.py", "shipper/parse/container.py", "shipper/parse/document.py",
-              "shipper/sources/file_reading.py", "shipper/sources/files.py", "shipper/spool/salvage.py",
-              "shipper/spool/store.py", "shipper/tail/discovery.py"}
+              "shipper/sources/file_reading.py", "shipper/sources/files.py", "shipper/tail/discovery.py"}
 STILL_READING_TIME = {"shipper/sources/files.py"}
 STILL_PROBING: set[tuple[str, str]] = set()
 STILL_PRIVATE = {"shipper/parse/container_doc.py", "shipper/parse/doc_splice.py", "shipper/parse/document.py"}
@@ -44,8 +43,7 @@ STILL_LONG_HEADERS = {
     "shipper/sources/base.py", "shipper/sources/file_opening.py", "shipper/sources/file_reading.py",
     "shipper/sources/files.py", "shipper/sources/journal.py", "shipper/sources/journal_source.py",
     "shipper/sources/journald.py", "shipper/sources/stdin.py", "shipper/spool/aio.py", "shipper/spool/disk.py",
-    "shipper/spool/headroom.py", "shipper/spool/legacy.py", "shipper/spool/rows.py", "shipper/spool/salvage.py",
-    "shipper/spool/store.py", "shipper/spool/writer.py", "shipper/statedir.py", "shipper/tail/__init__.py",
+    "shipper/spool/headroom.py", "shipper/spool/legacy.py", "shipper/spool/rows.py", "shipper/spool/writer.py", "shipper/statedir.py", "shipper/tail/__init__.py",
     "shipper/tail/adopt.py", "shipper/tail/catalog.py", "shipper/tail/discovery.py", "shipper/tail/files.py",
     "shipper/tail/harvester.py", "shipper/tail/identity.py", "shipper/tail/lines.py", "shipper/tail/look.py",
     "shipper/tail/opening.py", "shipper/tail/recovery.py", "shipper/tail/scan.py",
@@ -54,7 +52,7 @@ STILL_MEASURING = {
     "shipper/__init__.py", "shipper/clock.py", "shipper/codec.py", "shipper/commands/status.py", "shipper/config.py",
     "shipper/endpoint.py", "shipper/parse/regex.py", "shipper/service.py", "shipper/ship/http1.py",
     "shipper/ship/sigv4.py", "shipper/sources/files.py", "shipper/sources/journal_cursor.py",
-    "shipper/spool/aio.py", "shipper/spool/headroom.py", "shipper/spool/rows.py", "shipper/spool/store.py",
+    "shipper/spool/aio.py", "shipper/spool/headroom.py", "shipper/spool/rows.py",
     "shipper/tail/discovery.py", "shipper/tail/harvester.py",
 }
 
@@ -63,7 +61,7 @@ FOREIGN_PROBES = {
     ("shipper/logs.py", "logging"): "a level name from the config looked up in the logging module",
     ("shipper/service.py", "logging"): "a level name from the config looked up in the logging module",
     ("shipper/config.py", "e"): "yaml's MarkedYAMLError: problem and problem_mark exist only on some errors",
-    ("shipper/spool/store.py", "e"): "sqlite3.Error has sqlite_errorcode only from Python 3.11 on some builds",
+    ("shipper/spool/database.py", "e"): "sqlite3.Error: sqlite_errorcode is set on some errors only",
     ("shipper/ship/tls.py", "ssl_object"): "ssl's SSLObject: the chain's getter is public only from 3.13",
     ("shipper/ship/tls.py", "obj"): "ssl's SSLObject: the chain's getter is public only from 3.13",
     ("shipper/ship/tls.py", "inner"): "an OSError's ssl and aiohttp subclasses carry different fields",
