@@ -3,7 +3,7 @@
     .venv/bin/pip install inotify-simple && .venv/bin/python bench/inotify_cmp.py
 
 Parse cost of one read of inotify events: shipper's loop (struct.unpack_from over the buffer, as
-tail/discovery.Watcher._on_readable does it) against inotify_simple.parse_events (a namedtuple per
+tail/watch.InotifyWatcher._on_readable does it) against inotify_simple.parse_events (a namedtuple per
 event), on the same bytes read from a real inotify fd.
 """
 
@@ -17,17 +17,17 @@ from collections.abc import Callable
 
 import inotify_simple
 
-from shipper.tail import discovery as d
+from shipper.tail import inotify as d
 
 
 def ours(data: bytes) -> list[str]:
     out = []
     pos, n = 0, len(data)
-    while pos + d._EVENT_HEAD <= n:
-        _wd, mask, _cookie, length = d._EVENT.unpack_from(data, pos)
-        name = data[pos + d._EVENT_HEAD:pos + d._EVENT_HEAD + length].rstrip(b"\0")
-        pos += d._EVENT_HEAD + length
-        if mask & (d._IN_MODIFY | d._IN_ATTRIB) and name:
+    while pos + d.EVENT_HEAD <= n:
+        _wd, mask, _cookie, length = d.EVENT.unpack_from(data, pos)
+        name = data[pos + d.EVENT_HEAD:pos + d.EVENT_HEAD + length].rstrip(b"\0")
+        pos += d.EVENT_HEAD + length
+        if mask & (d.IN_MODIFY | d.IN_ATTRIB) and name:
             out.append(os.fsdecode(name))
     return out
 
@@ -49,8 +49,8 @@ def per_call_ns(fn: Callable[[bytes], list[str]], data: bytes, n: int) -> float:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        fd = d._inotify_init()
-        d._inotify_add_watch(fd, tmp)
+        fd = d.init()
+        d.add_watch(fd, tmp)
         files = [open(os.path.join(tmp, f"f{i}.log"), "ab", buffering=0) for i in range(50)]
         for _ in range(3):
             for f in files:
@@ -62,7 +62,7 @@ def main() -> None:
             f.close()
     assert ours(data) == theirs(data)
     count = len(inotify_simple.parse_events(data))
-    one = data[:d._EVENT_HEAD + d._EVENT.unpack_from(data, 0)[3]]
+    one = data[:d.EVENT_HEAD + d.EVENT.unpack_from(data, 0)[3]]
     for name, fn in (("shipper loop", ours), ("inotify_simple.parse_events", theirs)):
         many = per_call_ns(fn, data, 2000)
         print(f"{name:28s} {many / 1000:6.1f} us per read of {count} events ({many / count:4.0f} ns/event), "

@@ -22,7 +22,7 @@ from shipper.model import Checkpoint, Draft, FileStatus
 from shipper.sources.base import Drafts, Progress, Room, lowest_unshipped
 from shipper.sources.file_opening import FileOpener
 from shipper.sources.file_reading import FileReader
-from shipper.tail import discovery, identity, look, opening
+from shipper.tail import discovery, identity, look, opening, watch
 from shipper.tail.catalog import Catalog
 from shipper.tail.files import Candidate, FileSet, Key, OpenFile
 from shipper.tail.opening import Refused
@@ -61,7 +61,7 @@ class FileSource:
         self._scan_every = min((i.scan_interval_s for i in cfg.inputs), default=10.0)
         self._clean_every = min(300.0, max(0.5, cfg.clean_removed_after_s / 2))
         self._next_clean = clock.monotonic() + self._clean_every
-        self._watcher: discovery.Watcher | None = None
+        self._watcher: watch.Watcher | None = None
         self._link_roots: dict[str, str] = {}    # the last rescan's symlinks (Catalog.note_links)
         self._named: set[str] = set()            # paths inotify named, for the parked files' recheck
         self._unannounced: dict[int, OpenFile] = {}   # id -> quiet file a full check found changed, unnamed so far
@@ -87,7 +87,7 @@ class FileSource:
 
     async def start(self, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-        self._watcher = discovery.Watcher(loop, wake)
+        self._watcher = watch.make_watcher(loop, wake)
         try:
             await asyncio.to_thread(self._watcher.watch, self.cfg.inputs)
             self._watching = True
@@ -165,7 +165,7 @@ class FileSource:
                 f.quiet = False
                 named.append(f)
                 self._unannounced.pop(id(f), None)
-        if len(self._named) + len(paths) > discovery.MAX_PENDING_PATHS:
+        if len(self._named) + len(paths) > watch.MAX_PENDING_PATHS:
             self._named.clear()
             self._named_lost = True
             self._rescan_soon = True       # too many to recheck one by one: the rescan looks at all

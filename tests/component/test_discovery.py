@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from shipper.config import InputConfig
-from shipper.tail import discovery, identity
+from shipper.tail import discovery, identity, watch
 from tests.support.wait import async_wait_until
 
 
@@ -53,7 +53,7 @@ async def test_a_directory_created_later_under_double_star_is_watched(tmp_path: 
     root = tmp_path / "logs"
     root.mkdir()
     wake = asyncio.Event()
-    w = discovery.Watcher(asyncio.get_running_loop(), wake)
+    w = watch.make_watcher(asyncio.get_running_loop(), wake)
     inp = InputConfig(paths=(str(root / "**" / "*.log"),))
     await asyncio.to_thread(w.watch, [inp])
     try:
@@ -77,7 +77,7 @@ async def test_a_directory_created_later_under_double_star_is_watched(tmp_path: 
 
 async def test_base_directory_that_appears_later(tmp_path: Path) -> None:
     wake = asyncio.Event()
-    w = discovery.Watcher(asyncio.get_running_loop(), wake)
+    w = watch.make_watcher(asyncio.get_running_loop(), wake)
     inp = InputConfig(paths=(str(tmp_path / "later" / "*.log"),))
     await asyncio.to_thread(w.watch, [inp])       # watches tmp_path (the existing parent), recursively
     try:
@@ -94,7 +94,7 @@ async def test_base_directory_that_appears_later(tmp_path: Path) -> None:
 async def test_watchdog_fallback_reports_the_same_events(tmp_path: Path) -> None:
     """Where inotify cannot be used, WatchdogWatcher does the same: created -> rescan, written -> path."""
     wake = asyncio.Event()
-    w = discovery.WatchdogWatcher(asyncio.get_running_loop(), wake)
+    w = watch.WatchdogWatcher(asyncio.get_running_loop(), wake)
     inp = InputConfig(paths=(str(tmp_path / "*.log"),))
     await asyncio.to_thread(w.watch, [inp])
     try:
@@ -112,8 +112,8 @@ async def test_watchdog_fallback_reports_the_same_events(tmp_path: Path) -> None
 async def test_the_loop_reads_inotify_itself(tmp_path: Path) -> None:
     """On Linux the Watcher is the inotify one (no watchdog threads); a renamed-in file asks for a rescan."""
     wake = asyncio.Event()
-    w = discovery.Watcher(asyncio.get_running_loop(), wake)
-    assert type(w) is discovery.Watcher
+    w = watch.make_watcher(asyncio.get_running_loop(), wake)
+    assert type(w) is watch.InotifyWatcher
     (tmp_path / "x.tmp").write_bytes(b"")
     await asyncio.to_thread(w.watch, [InputConfig(paths=(str(tmp_path / "*.log"),))])
     try:
@@ -128,8 +128,8 @@ async def test_a_paused_watcher_delivers_what_happened_meanwhile_on_resume(tmp_p
     """While the reader paces itself the loop does not read inotify; the events wait in the kernel."""
     wake = asyncio.Event()
     loop = asyncio.get_running_loop()
-    w = discovery.Watcher(loop, wake)
-    assert type(w) is discovery.Watcher
+    w = watch.make_watcher(loop, wake)
+    assert type(w) is watch.InotifyWatcher
     (tmp_path / "a.log").write_bytes(b"")
     await asyncio.to_thread(w.watch, [InputConfig(paths=(str(tmp_path / "*.log"),))])
     try:

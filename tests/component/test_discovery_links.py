@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shipper.config import InputConfig
-from shipper.tail import discovery
+from shipper.tail import discovery, watch
 from tests.support.container_writer import RuntimeLog, cri_record
 from tests.support.kubelet import PodLog, kubelet_rotate
 from tests.support.wait import async_wait_until
@@ -42,7 +42,7 @@ def test_resolve_links_in_the_kubelet_layout(tmp_path: Path) -> None:
     links = discovery.resolve_links(found)
     assert set(found) == {str(p.link), str(tmp_path / "containers" / "plain.log")}
     assert links == {str(p.link): discovery.LinkTarget(str(p.link), str(p.target), (str(p.target.parent),))}
-    assert discovery.link_watch_targets(links.values()) == [(str(p.target.parent), False)]
+    assert watch.link_watch_targets(links.values()) == [(str(p.target.parent), False)]
 
 
 def test_resolve_link_chains_relative_dangling_and_loops(tmp_path: Path) -> None:
@@ -79,9 +79,9 @@ def test_identity_is_the_targets_and_the_path_the_links(tmp_path: Path) -> None:
 def make_watcher(request: pytest.FixtureRequest) -> object:
     def make(loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> object:
         if request.param == "watchdog":
-            return discovery.WatchdogWatcher(loop, wake)
-        w = discovery.Watcher(loop, wake)
-        assert isinstance(w, discovery.Watcher), "inotify is expected on the test machines"
+            return watch.WatchdogWatcher(loop, wake)
+        w = watch.make_watcher(loop, wake)
+        assert isinstance(w, watch.InotifyWatcher), "inotify is expected on the test machines"
         return w
     return make
 
@@ -117,7 +117,7 @@ async def test_without_the_links_the_targets_directory_is_not_watched(tmp_path: 
     p = pod_log(tmp_path)
     inp = containers_input(tmp_path)
     wake = asyncio.Event()
-    w = discovery.Watcher(asyncio.get_running_loop(), wake)
+    w = watch.make_watcher(asyncio.get_running_loop(), wake)
     await asyncio.to_thread(w.watch, [inp])
     try:
         append(p.target, cri_record(b"unseen", "stdout", "F", T0))
@@ -140,7 +140,7 @@ async def test_a_removed_pod_directory_is_unwatched_and_a_new_one_watched(tmp_pa
     p = pod_log(tmp_path)
     inp = containers_input(tmp_path)
     wake = asyncio.Event()
-    w = discovery.Watcher(asyncio.get_running_loop(), wake)
+    w = watch.make_watcher(asyncio.get_running_loop(), wake)
     await asyncio.to_thread(w.watch, [inp], discovery.resolve_links(discovery.scan([inp])))
     key = f"{p.target.parent}|False"
     try:

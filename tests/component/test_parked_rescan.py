@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from shipper.tail import discovery
+from shipper.tail import discovery, watch
 from shipper.tail.scan import FULL_EVERY, Scanner
 from tests.component.test_quiet_files import _line
 from tests.component.test_scan import _ahead, _touch_dir
@@ -153,10 +153,10 @@ async def test_names_dropped_as_too_many_make_the_next_rescan_stat_every_parked_
     assert w is not None
     w.poll()                           # named, and kept by the watcher
     drops = w.dropped
-    limit = discovery.MAX_PENDING_PATHS
-    monkeypatch.setattr(discovery, "MAX_PENDING_PATHS", 0)
+    limit = watch.MAX_PENDING_PATHS
+    monkeypatch.setattr(watch, "MAX_PENDING_PATHS", 0)
     rig.p.files._take_named()          # more names than the source may keep: they are let go
-    monkeypatch.setattr(discovery, "MAX_PENDING_PATHS", limit)
+    monkeypatch.setattr(watch, "MAX_PENDING_PATHS", limit)
     assert w.dropped == drops and not rig.p.files._named
     _not_full(rig)
     lstats.clear()

@@ -19,7 +19,7 @@ import pytest
 
 from shipper.config import MultilineConfig
 from shipper.sources.files import FULL_LOOK_S
-from shipper.tail import discovery
+from shipper.tail import inotify
 from shipper.tail.harvester import Harvester
 from tests.support.pipeline_rig import Rig
 from tests.support.wait import async_wait_until
@@ -234,14 +234,14 @@ async def test_a_directory_inotify_refuses_makes_every_round_read_every_file(
     for d in ("a", "b"):
         (logs / d).mkdir()
         (logs / d / f"{d}.log").write_bytes(_line(0))
-    real = discovery._inotify_add_watch
+    real = inotify.add_watch
 
     def add_watch(fd: int, path: str) -> int:
         if os.path.basename(path) == refused:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
         return real(fd, path)
 
-    monkeypatch.setattr(discovery, "_inotify_add_watch", add_watch)
+    monkeypatch.setattr(inotify, "add_watch", add_watch)
     rig = watched("logs/**/*.log")
     with caplog.at_level(logging.WARNING, logger="shipper.tail"):
         await rig.p.files.start(asyncio.Event())

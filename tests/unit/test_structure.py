@@ -24,7 +24,7 @@ STILL_CIRCLES: set[frozenset[str]] = {
     frozenset({"shipper.ship.http1", "shipper.ship.proxy"}),
 }
 STILL_LONG = {"shipper/config.py", "shipper/parse/container.py", "shipper/parse/document.py",
-              "shipper/sources/file_reading.py", "shipper/sources/files.py", "shipper/tail/discovery.py"}
+              "shipper/sources/file_reading.py", "shipper/sources/files.py"}
 STILL_READING_TIME = {"shipper/sources/files.py"}
 STILL_PROBING: set[tuple[str, str]] = set()
 STILL_PRIVATE = {"shipper/parse/container_doc.py", "shipper/parse/doc_splice.py", "shipper/parse/document.py"}
@@ -44,7 +44,7 @@ STILL_LONG_HEADERS = {
     "shipper/sources/files.py", "shipper/sources/journal.py", "shipper/sources/journal_source.py",
     "shipper/sources/journald.py", "shipper/sources/stdin.py", "shipper/spool/aio.py", "shipper/spool/disk.py",
     "shipper/spool/headroom.py", "shipper/spool/legacy.py", "shipper/spool/rows.py", "shipper/spool/writer.py", "shipper/statedir.py", "shipper/tail/__init__.py",
-    "shipper/tail/adopt.py", "shipper/tail/catalog.py", "shipper/tail/discovery.py", "shipper/tail/files.py",
+    "shipper/tail/adopt.py", "shipper/tail/catalog.py", "shipper/tail/files.py",
     "shipper/tail/harvester.py", "shipper/tail/identity.py", "shipper/tail/lines.py", "shipper/tail/look.py",
     "shipper/tail/opening.py", "shipper/tail/recovery.py", "shipper/tail/scan.py",
 }
@@ -53,7 +53,7 @@ STILL_MEASURING = {
     "shipper/endpoint.py", "shipper/parse/regex.py", "shipper/service.py", "shipper/ship/http1.py",
     "shipper/ship/sigv4.py", "shipper/sources/files.py", "shipper/sources/journal_cursor.py",
     "shipper/spool/aio.py", "shipper/spool/headroom.py", "shipper/spool/rows.py",
-    "shipper/tail/discovery.py", "shipper/tail/harvester.py",
+    "shipper/tail/harvester.py",
 }
 
 # getattr/hasattr on objects that are not ours: (module, the probed expression) -> why
@@ -66,7 +66,7 @@ FOREIGN_PROBES = {
     ("shipper/ship/tls.py", "obj"): "ssl's SSLObject: the chain's getter is public only from 3.13",
     ("shipper/ship/tls.py", "inner"): "an OSError's ssl and aiohttp subclasses carry different fields",
     ("shipper/ship/sigv4.py", "creds"): "botocore's credentials: only the refreshable kind has refresh_needed",
-    ("shipper/tail/discovery.py", "lib"): "libc through ctypes: inotify_init1 is missing outside Linux",
+    ("shipper/tail/inotify.py", "lib"): "libc through ctypes: inotify_init1 is missing outside Linux",
     ("shipper/tail/opening.py", "os"): "O_PATH and O_NOATIME exist only on Linux",
     ("shipper/tail/harvester.py", "_buffers"): "a threading.local: a thread's buffer exists after its first read",
     ("shipper/commands/main.py", "args"): "argparse's Namespace: only some subcommands define the flag",
