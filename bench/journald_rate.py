@@ -33,8 +33,8 @@ from sink import SinkProcess  # noqa: E402
 
 from shipper.config import InputConfig, JournaldConfig
 from shipper.parse.document import DocBuilder
-from shipper.sources.journal import source_event
-from shipper.sources.journald import JournalReader, JournalReaderConfig
+from shipper.sources.journald.entries import source_event
+from shipper.sources.journald.reader import JournalReader, JournalReaderConfig
 from tests.support.journal import Journal
 
 ROUTES = ("/api/v1/items", "/api/v1/orders/991", "/login", "/healthz", "/cart/checkout")

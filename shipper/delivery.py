@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from shipper.clock import Clock
 from shipper.events import Events
-from shipper.model import Batch, BatchMeta, DeadLetter
+from shipper.model import Attempt, BatchMeta, DeadLetter
 from shipper.ship.outbox import Outbox
 from shipper.ship.sender import Sender
 from shipper.spool.aio import AsyncSpool
@@ -59,7 +59,7 @@ class Delivery:
                     log.error("queue record missing", extra={"seq": meta.seq})
                     ob.lost(meta)
                     continue
-                dead = await self.sender.deliver(Batch(body, meta.gzipped, meta.events))
+                dead = await self.sender.deliver(Attempt(body, meta.gzipped, meta.events))
                 await self._ack(meta, dead)
             finally:
                 ob.done()

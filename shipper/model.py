@@ -101,7 +101,7 @@ class DeadLetter:
 class Draft:
     """What the sources read since the last commit: bulk pairs, the ranges they cover and the
     checkpoints they advance. Committed as one spool transaction (grouped there into batches);
-    sources append, the record writer takes it whole. `started` is monotonic time."""
+    sources append, the draft writer takes it whole. `started` is monotonic time."""
 
     parts: list[bytes] = field(default_factory=list)
     multi: dict[int, int] = field(default_factory=dict)    # parts[i] holds multi[i] pairs (absent: one)
@@ -204,8 +204,8 @@ class PipelineStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
-    """One bulk request's body as sent: the stored bytes (gzip or raw), whether gzipped, its documents."""
+class Attempt:
+    """One send attempt: a bulk request's body as sent (the stored bytes, gzip or raw), whether gzipped, its documents."""
 
     body: bytes
     gzipped: bool

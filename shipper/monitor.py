@@ -199,7 +199,7 @@ class Monitor:
 
     def _total_eta(self, files: list[dict[str, Any]], queue_events: int = 0) -> float | None:
         """The larger of two estimates: file lag over the shipped-offset rate (offsets advance in
-        steps, when every record of a commit is acked) and the queue over the events-out rate."""
+        steps, when every batch of a commit is acked) and the queue over the events-out rate."""
         lag, rate = self._file_sums(files)
         by_bytes = eta_s(lag, rate)
         by_events = eta_s(queue_events, self.rates.rate("out")) if queue_events else None

@@ -1,4 +1,4 @@
-"""The running pipeline: sources -> draft -> record writer -> spool -> outbox -> senders; and the reader loop.
+"""The running pipeline: sources -> draft -> draft writer -> spool -> outbox -> senders; and the reader loop.
 
 Composition only, plus the one loop that reads. Reading, committing and sending overlap: while
 one draft is written on the spool thread the loop keeps reading into the next, and a batch goes
@@ -29,7 +29,7 @@ from shipper.ship.sender import Sender
 from shipper.sources.base import Room, Source
 from shipper.spool.aio import AsyncSpool
 from shipper.spool.contents import SpoolContents
-from shipper.spool.writer import DiskWait, RecordWriter
+from shipper.spool.writer import DiskWait, DraftWriter
 
 log = logging.getLogger("shipper.pipeline")
 
@@ -54,7 +54,7 @@ class Pipeline:
         self.outbox.restore(contents.pending)
         self.disk = DiskWait(events, clock)
         with_ids = out.document_id == "auto"
-        self.writer = RecordWriter(spool, batching.group if with_ids else batching.group_without_ids,
+        self.writer = DraftWriter(spool, batching.group if with_ids else batching.group_without_ids,
                                    self.outbox.add, self.disk, clock,
                                    max_events=out.bulk_max_events, max_bytes=out.bulk_max_bytes,
                                    gzip=out.compression == "gzip", wake=self.wake)

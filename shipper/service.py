@@ -38,7 +38,7 @@ log = logging.getLogger("shipper")
 
 STATUS_FILE = "status.json"
 STATUS_EVERY_S = 2.0
-# Nothing changed but the time (`material`): status.json is vouched for this often (`shipper
+# Nothing changed but the time (`without_drift`): status.json is vouched for this often (`shipper
 # status` trusts one up to 10 s old) by moving its mtime, which `shipper status` takes as its
 # `updated` when newer; it is rewritten when what it says changes, and at most every
 # STATUS_DRIFT_EVERY_S when only the drifting figures moved. So an idle daemon neither creates and
@@ -57,7 +57,7 @@ _DRIFTING = ("updated", "rates", "eta_s")
 _DRIFTING_FILE = ("rate_bytes_per_s", "eta_s")
 
 
-def material(doc: dict[str, Any], memo: list[Any] | None = None) -> dict[str, Any]:
+def without_drift(doc: dict[str, Any], memo: list[Any] | None = None) -> dict[str, Any]:
     """The status without what only drifts: when this changes, status.json is rewritten at once.
     `memo` (a list the caller keeps) holds the last files list and its part: the status tick of an
     idle daemon passes the same list again (`Monitor.sample`), and its part is not made again."""
@@ -175,8 +175,8 @@ def assemble(cfg: Config, spool: AsyncSpool, contents: SpoolContents, events: Ev
     for idx, inp in enumerate(cfg.inputs):
         if inp.journald is not None:
             # imported only for a journald input: ~16 ms of every start otherwise (issue 14)
-            from shipper.sources.journal_source import JournaldSource
-            from shipper.sources.journald import JournalReaderConfig
+            from shipper.sources.journald.reader import JournalReaderConfig
+            from shipper.sources.journald.source import JournaldSource
             key = JournalReaderConfig.from_input(inp).key
             p.add_source(JournaldSource(cfg, idx, journal_cps.get(key), p.writer, events, clock, host))
     return p, files
@@ -285,7 +285,7 @@ class Service:
                 # (taken on the loop: the pipeline is not thread-safe)
                 snap, files, room = self._refresh_gauges()
                 doc = self.status_doc(snap, files, room)
-                same = material(doc, memo)
+                same = without_drift(doc, memo)
                 full = {k: v for k, v in doc.items() if k != "updated"}
                 # the clock first: comparing the whole doc (a row per file) is worth it once a minute
                 drifted = now - last_written >= STATUS_DRIFT_EVERY_S - IDLE_EARLY_S and full != last_full
@@ -350,7 +350,7 @@ class Service:
         register_config_secrets(new)
         log.info("reloading config", extra={"inputs": len(new.inputs)})
         sdnotify.reloading(self.clock.monotonic())
-        # Everything read is committed with its offsets before the swap; unacked records stay in the
+        # Everything read is committed with its offsets before the swap; unacked batches stay in the
         # spool and the new pipeline re-sends them (same _ids: a 409 at worst, never a duplicate).
         await self._stop_pipeline(0.0)
         logging.getLogger().setLevel(getattr(logging, new.log_level.upper(), logging.INFO))

@@ -15,8 +15,9 @@ from shipper.config import InputConfig
 from shipper.ship import batching
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
-from shipper.ship.template import Inspection, inspect
-from shipper.sources.journald import check_journal
+from shipper.ship.template import inspect
+from shipper.ship.template_body import Inspection
+from shipper.sources.journald.probe import check_journal
 from shipper.tail import discovery, opening
 from shipper.tail.discovery import is_excluded
 from shipper.tail.opening import Refused

@@ -23,8 +23,8 @@ from shipper.config import Config, MetricsConfig
 from shipper.model import is_journal_checkpoint
 from shipper.service import STATUS_FILE
 from shipper.ship.client import redact_url
-from shipper.sources.journal import journal_key, status_entry
-from shipper.sources.journald import JOURNALCTL, read_head_sync
+from shipper.sources.journald.cursor import journal_key, status_entry
+from shipper.sources.journald.probe import JOURNALCTL, read_head_sync
 from shipper.spool import SpoolContents
 from shipper.spool.stopped import read_stopped
 

@@ -14,7 +14,8 @@ import orjson
 from shipper import settings
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
-from shipper.ship.template import Distribution, TemplateResult, build_template, distribution, ensure_templates
+from shipper.ship.template import TemplateResult, distribution, ensure_templates
+from shipper.ship.template_body import Distribution, build_template
 
 ASSUMED = Distribution("elasticsearch", (8,), "default", "elasticsearch 8 (assumed)")
 

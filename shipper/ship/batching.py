@@ -1,7 +1,7 @@
 """Pure batching: bulk pairs -> batches within `bulk_max_events`/`bulk_max_bytes`, and when a draft goes.
 
 One grouping rule for everything that becomes bulk requests (drafts read from files, replayed
-dead letters). No sleeping and no sending: the record writer and the senders act on these values.
+dead letters). No sleeping and no sending: the draft writer and the senders act on these values.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class Limits:
 def should_commit(d: DraftState, lim: Limits, now: float, *, backlog: bool, committing: bool,
                   in_flight: int, outbox_empty: bool, last_commit_at: float) -> bool:
     """Does the draft go now? Full (events or bytes), or nearly full while behind; otherwise not
-    while another record is being written; a partial one goes at once when caught up and a request
+    while another draft is being written; a partial one goes at once when caught up and a request
     slot is free, but at most once per flush_min_interval; else when flush_interval has passed."""
     if d.empty:
         return False
@@ -117,7 +117,7 @@ def should_commit(d: DraftState, lim: Limits, now: float, *, backlog: bool, comm
     if backlog and d.events >= lim.max_events * FULL_ENOUGH:
         return True        # behind: a nearly full draft goes rather than a few more lines in a second body
     if committing:
-        return False       # the record being written goes first; this one keeps filling meanwhile
+        return False       # the draft being written goes first; this one keeps filling meanwhile
     if (d.events and in_flight < lim.max_in_flight and outbox_empty and not backlog
             and now - last_commit_at >= lim.flush_min_interval_s):
         # caught up and a request slot is free: send now rather than wait for a timer, but at most

@@ -1,6 +1,6 @@
 """Batches waiting for a sender, the queue's accounting and backpressure.
 
-The record writer adds what the spool stored; senders take in order and report each ack. Only
+The draft writer adds what the spool stored; senders take in order and report each ack. Only
 what the senders take next keeps its body in memory: a backlog (slow output) is re-read from the
 spool when its turn comes, so memory stays flat however long the queue. Never touches the spool.
 """

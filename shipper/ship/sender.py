@@ -1,4 +1,4 @@
-"""The sending side: deliver one queued record until every document is acked or dead-lettered.
+"""The sending side: deliver one queued batch until every document is acked or dead-lettered.
 
 Decisions come from ship/bulk.py (what an answer means), ship/backoff.py (how long to wait) and
 ship/concurrency.py (how many requests at once); ship/client.py does the HTTP. This module holds
@@ -18,7 +18,7 @@ from shipper.config import Config
 from shipper.errors import TransportError
 from shipper.events import Events
 from shipper.logs import redact
-from shipper.model import Batch, DeadLetter
+from shipper.model import Attempt, DeadLetter
 from shipper.ship import bulk as bulkproto
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient, Reply
@@ -58,7 +58,7 @@ class Sender:
         self._tokens = 0
         self._probe: int | None = None        # the token of the request let go above the limit, while out
         self.last_transport_failure = float("-inf")   # clock.monotonic() of the last request without an answer
-        self.failures = 0             # whole-request failures in a row, across records; 0 after any answer that worked
+        self.failures = 0             # whole-request failures in a row, across batches; 0 after any answer that worked
         self.resume_at = 0.0          # clock.monotonic(): no request starts before this
         self.up = True
         self.last_error: str | None = None
@@ -118,7 +118,7 @@ class Sender:
         self._freed.set()
         self._freed = asyncio.Event()
 
-    async def post(self, attempt: Batch) -> Reply | TransportError:
+    async def post(self, attempt: Attempt) -> Reply | TransportError:
         """One bulk request under the gate and the limit: the answer, or the transport failure."""
         token = await self._acquire()
         t0 = self.clock.monotonic()
@@ -139,7 +139,7 @@ class Sender:
 
     # ------------------------------------------------------------------ delivering
 
-    async def deliver(self, attempt: Batch) -> list[DeadLetter]:
+    async def deliver(self, attempt: Attempt) -> list[DeadLetter]:
         """Send until every document is delivered (2xx, 409 on create) or dead. Returns the dead letters.
 
         Item failures re-send only the failed items; 413 (and a whole-request 400) halve the batch,
@@ -203,11 +203,11 @@ class Sender:
         self.limit.finished(self.clock.monotonic(), 0.0, True)
         self._wake()
 
-    async def encode(self, pairs: list[bytes]) -> Batch:
+    async def encode(self, pairs: list[bytes]) -> Attempt:
         raw = bulkproto.join_pairs(pairs)
         if self.cfg.compression == "gzip":
-            return Batch(await asyncio.to_thread(gzip_compress, raw), True, len(pairs))
-        return Batch(raw, False, len(pairs))
+            return Attempt(await asyncio.to_thread(gzip_compress, raw), True, len(pairs))
+        return Attempt(raw, False, len(pairs))
 
     # ------------------------------------------------------------------ state and episodes
 
@@ -297,11 +297,11 @@ class Sender:
             self.events.output_state(up, None if up else self.last_error)
 
 
-def _raw(attempt: Batch) -> bytes:
+def _raw(attempt: Attempt) -> bytes:
     return decode_body(attempt.body, attempt.gzipped)
 
 
-def _pairs(attempt: Batch) -> list[bytes]:
+def _pairs(attempt: Attempt) -> list[bytes]:
     return bulkproto.split_pairs(_raw(attempt))
 
 

@@ -15,62 +15,21 @@ from shipper.config import Config
 from shipper.errors import TransportError
 from shipper.ship.client import Answer, BulkClient
 from shipper.ship.template_body import (
-    PRIORITY_BROAD,
-    PRIORITY_NARROW,
     TEMPLATE_NAME,
-    TEMPLATE_VERSION,
     Distribution,
     Finding,
     Inspection,
-    Product,
     ServerTemplate,
     build_template,
     identify,
-    index_pattern,
     index_patterns,
     is_logsene,
     judge_indices,
     matches,
     parse_templates,
-    priority_for,
-    sample_indices,
     uncovered,
     unsupported,
-    winner,
 )
-
-# this module's names and those re-exported from template_body.py: `from shipper.ship.template import X` works as before the split
-__all__ = [
-    "Distribution",
-    "Finding",
-    "Inspection",
-    "PRIORITY_BROAD",
-    "PRIORITY_NARROW",
-    "Product",
-    "ServerTemplate",
-    "TEMPLATE_NAME",
-    "TEMPLATE_VERSION",
-    "TemplateGate",
-    "TemplateResult",
-    "TemplateState",
-    "build_template",
-    "distribution",
-    "ensure_templates",
-    "guard_first_bulk",
-    "identify",
-    "index_pattern",
-    "index_patterns",
-    "inspect",
-    "is_logsene",
-    "judge_indices",
-    "matches",
-    "parse_templates",
-    "priority_for",
-    "sample_indices",
-    "uncovered",
-    "unsupported",
-    "winner",
-]
 
 log = logging.getLogger("shipper.output")
 

@@ -16,11 +16,11 @@ from shipper.config import InputConfig
 from shipper.events import Events
 from shipper.model import Checkpoint, Draft, FileStatus, JournalStatus
 from shipper.parse.document import DocBuilder
-from shipper.sources.journal_cursor import journal_key
+from shipper.sources.journald.cursor import journal_key
 
 
 class Drafts(Protocol):
-    """The record writer, as a source sees it."""
+    """The draft writer, as a source sees it."""
 
     @property
     def draft(self) -> Draft: ...

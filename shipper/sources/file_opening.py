@@ -22,7 +22,7 @@ from shipper.sources.file_reading import FileReader
 from shipper.tail import adopt, identity, look, opening
 from shipper.tail.catalog import Catalog
 from shipper.tail.discovery import glob_bases
-from shipper.tail.files import Candidate, FileSet, Parked
+from shipper.tail.fileset import Candidate, FileSet, Parked
 from shipper.tail.harvester import Harvester
 from shipper.tail.opening import Refused, Rule
 from shipper.tail.recovery import Recovery

@@ -36,7 +36,7 @@ from shipper.parse.multiline import MultilineAggregator
 from shipper.sources.base import Drafts, DropCounter, Progress, Room, input_label
 from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
-from shipper.tail.files import FileSet, Holder, Key, OpenFile, Parked, disk_stat
+from shipper.tail.fileset import FileSet, Holder, Key, OpenFile, Parked, disk_stat
 from shipper.tail.harvester import CHUNK_BYTES, GzipReader, Harvester
 from shipper.tail.lines import Built
 from shipper.tail.recovery import Recovery

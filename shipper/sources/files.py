@@ -24,7 +24,7 @@ from shipper.sources.file_opening import FileOpener
 from shipper.sources.file_reading import FileReader
 from shipper.tail import discovery, identity, look, opening, watch
 from shipper.tail.catalog import Catalog
-from shipper.tail.files import Candidate, FileSet, Key, OpenFile
+from shipper.tail.fileset import Candidate, FileSet, Key, OpenFile
 from shipper.tail.opening import Refused
 from shipper.tail.recovery import Recovery
 from shipper.tail.scan import Scanner
@@ -482,7 +482,7 @@ class FileSource:
                if cp.finished and now_wall - cp.updated >= grace and cp.incarnation not in open_incs]
         if not old:
             return 0
-        gone = await asyncio.to_thread(look.gone, old)
+        gone = await asyncio.to_thread(look.content_nowhere, old)
 
         def pick(in_draft: set[str]) -> list[str]:
             return [cp.incarnation for cp in gone

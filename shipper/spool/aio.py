@@ -29,20 +29,20 @@ CHECKPOINT_EVERY_S = 0.5    # WAL checkpoints (and their fsyncs) at most this of
 # The interpreter's switch interval (CPython's default is 5 ms): how long a thread that wants the
 # GIL waits before the running one is made to drop it. See AsyncSpool.__init__.
 GIL_SWITCH_INTERVAL_S = 0.0002
-# How long a plain ack (a batch delivered whole) may wait for the next record write to carry it in
+# How long a plain ack (a batch delivered whole) may wait for the next commit to carry it in
 # the same transaction (`Spool.commit_acking`) before it is written on its own. A steady trickle
 # then costs one SQLite transaction and one thread hand-over per request cycle instead of two.
 ACK_LINGER_S = 0.5
 
 
 class CommitSkipped(Exception):
-    """A record handed over with `commit_in_order` found the record before it not written (it
+    """A commit handed over with `commit_in_order` found the commit before it not written (it
     failed, or was cancelled) when its turn came on the spool thread: nothing of it was written.
     The writer hands it over again once the one before it is written."""
 
 
 class WriteOrder:
-    """One writer's records in order (`AsyncSpool.commit_in_order`): the last turn written, read
+    """One writer's commits in order (`AsyncSpool.commit_in_order`): the last turn written, read
     and set on the spool thread only. Each writer has its own (a pipeline rebuilt on the same
     spool starts at turn 1 again)."""
 
@@ -236,19 +236,19 @@ class AsyncSpool:
                         checkpoints: Iterable[Checkpoint], gzip: bool,
                         ) -> asyncio.Future[list[tuple[BatchMeta, bytes]]]:
         """`commit`, handed to the spool thread NOW (not when the caller's task next runs), queued
-        behind every call made before it; returns its future. `turn` numbers the records of one
-        writer (`order`) 1, 2, 3...: record `turn` is written only if record `turn - 1` was, when
+        behind every call made before it; returns its future. `turn` numbers the commits of one
+        writer (`order`) 1, 2, 3...: commit `turn` is written only if commit `turn - 1` was, when
         its turn comes on the spool thread; otherwise it raises CommitSkipped, having written nothing. So a
-        reader may hand over the next record while the one before is still being written (the
-        spool thread never waits for the loop to take an answer and pass the next record), and a
-        record that failed still stops every one handed over behind it. A retry passes the same
+        reader may hand over the next commit while the one before is still being written (the
+        spool thread never waits for the loop to take an answer and pass the next commit), and a
+        commit that failed still stops every one handed over behind it. A retry passes the same
         turn."""
         acks = self._take_acks()
         cps = list(checkpoints)
 
         def run() -> list[tuple[BatchMeta, bytes]]:
             if order.written != turn - 1:
-                raise CommitSkipped(f"record {turn} handed over behind record {turn - 1}, which was not written")
+                raise CommitSkipped(f"commit {turn} handed over behind commit {turn - 1}, which was not written")
             if acks:
                 out = self._spool.commit_acking(bodies, covers, cps, gzip, acks)
             else:

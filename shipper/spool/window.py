@@ -1,7 +1,7 @@
 """The in-flight window (pure): drafts handed over and not yet safe, and the checkpoints waiting behind them.
 An incarnation's checkpoint is written only once every draft before it holding its events is acknowledged
 or goes to the spool in the same or an earlier transaction (SPEC, Delivery). No I/O and no clock: the
-record writer and the keeper (spool/keeper.py) pass times in and perform the writes it plans.
+draft writer and the keeper (spool/keeper.py) pass times in and perform the writes it plans.
 """
 
 from __future__ import annotations

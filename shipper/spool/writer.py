@@ -1,4 +1,4 @@
-"""The record writer: drafts become batches in the spool, in order, with the checkpoints they advance.
+"""The draft writer: drafts become batches in the spool, in order, with the checkpoints they advance.
 
 While one draft is written on the spool thread the loop keeps reading into the next; up to
 WRITES_BEHIND may wait behind the reader. A failure to write is raised by the next commit, and
@@ -57,7 +57,7 @@ class DiskWait:
             return result
 
 
-class RecordWriter:
+class DraftWriter:
     """Owns the draft sources read into (`draft`), and writes it on `commit()`."""
 
     def __init__(self, spool: AsyncSpool, group: Group, deliver: Deliver, disk: DiskWait, clock: Clock, *,

@@ -13,7 +13,7 @@ from typing import Literal
 
 from shipper.model import Checkpoint
 from shipper.tail.catalog import Catalog
-from shipper.tail.files import Candidate, Key, Role
+from shipper.tail.fileset import Candidate, Key, Role
 
 Kind = Literal[
     "look_again",   # the name names another file now (rotated names shift): close, rescan soon

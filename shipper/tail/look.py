@@ -1,7 +1,7 @@
 """The looks at a directory that block, run off the event loop: opening files, rotated siblings' heads.
 
 Every function here is called through `asyncio.to_thread` by the reader, one at a time (so at
-most one short look holds an fd beside the open files: `tail/files.py` keeps a slot for it).
+most one short look holds an fd beside the open files: `tail/fileset.py` keeps a slot for it).
 Every file is opened through `tail/opening.py`'s policy. They return values; `tail/adopt.py` and
 `tail/recovery.py` decide what the values mean.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from shipper.model import Checkpoint
 from shipper.tail import identity, opening
-from shipper.tail.files import Candidate, Key
+from shipper.tail.fileset import Candidate, Key
 from shipper.tail.harvester import GzipReader
 from shipper.tail.opening import Refused, Rule
 
@@ -226,7 +226,7 @@ def list_siblings(paths: dict[str, float], mtime_slack_s: float) -> dict[str, li
     return out
 
 
-def gone(cps: list[Checkpoint]) -> list[Checkpoint]:
+def content_nowhere(cps: list[Checkpoint]) -> list[Checkpoint]:
     """The incarnations whose content is nowhere any more (not at their path, not among its
     rotated siblings, renamed or copied or compressed)."""
     out = []

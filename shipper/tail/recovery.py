@@ -16,7 +16,7 @@ from shipper.events import Events
 from shipper.model import Checkpoint
 from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
-from shipper.tail.files import Candidate, FileSet, Key
+from shipper.tail.fileset import Candidate, FileSet, Key
 
 MTIME_SLACK_S = 0.05          # file mtimes come from a coarser clock than time.time()
 

@@ -21,7 +21,7 @@ from aiohttp import web
 from shipper.config import Config, ElasticsearchConfig, RetryConfig, TLSConfig
 from shipper.errors import TransportError
 from shipper.events import Events
-from shipper.model import Batch
+from shipper.model import Attempt
 from shipper.ship.bulk import split_pairs
 from shipper.ship.sender import Sender
 from tests.support.daemon import free_port
@@ -38,10 +38,10 @@ def _sender(hosts: list[str], clock: FakeClock | None = None, events: Events | N
     return Sender(cfg, events or RecordingEvents(), clock or FakeClock(wall=1_000.0))
 
 
-def _attempt(seqs: range | list[int], index: str = "t", pad: str = "") -> Batch:
+def _attempt(seqs: range | list[int], index: str = "t", pad: str = "") -> Attempt:
     body = b"".join(orjson.dumps({"create": {"_index": index, "_id": f"id-{n}"}}) + b"\n" +
                     orjson.dumps({"seq": n, "pad": pad}) + b"\n" for n in seqs)
-    return Batch(body, False, len(seqs))
+    return Attempt(body, False, len(seqs))
 
 
 def _seqs(es: ES, index: str = "t") -> list[int]:
@@ -96,7 +96,7 @@ async def test_413_halves_until_it_fits_and_one_document_too_large_is_dead(es: E
     try:
         docs = list(range(40))
         body = _attempt(docs[:20]).body + _attempt([20], pad="x" * 4000).body + _attempt(docs[21:]).body
-        dead = await s.deliver(Batch(body, False, 40))
+        dead = await s.deliver(Attempt(body, False, 40))
         assert [(d.status, orjson.loads(d.document)["seq"]) for d in dead] == [(413, 20)]
         assert "too large" in dead[0].reason
         assert _seqs(es) == [n for n in docs if n != 20]

@@ -17,17 +17,17 @@ import pytest
 from shipper.clock import SystemClock
 from shipper.config import Config, ElasticsearchConfig, RetryConfig
 from shipper.events import Events
-from shipper.model import Batch
+from shipper.model import Attempt
 from shipper.ship.sender import Sender
 from tests.support.es import ES
 from tests.support.fake_clock import FakeClock
 from tests.support.proxy import FaultProxy
 
 
-def _batch(seqs: range) -> Batch:
+def _batch(seqs: range) -> Attempt:
     body = b"".join(orjson.dumps({"create": {"_index": "t", "_id": f"id-{n}"}}) + b"\n" +
                     orjson.dumps({"seq": n}) + b"\n" for n in seqs)
-    return Batch(body, False, len(seqs))
+    return Attempt(body, False, len(seqs))
 
 
 async def test_a_request_caught_by_down_on_a_busy_proxy_fails_fast_and_delivery_resumes(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shipper.tail.files import Candidate
+from shipper.tail.fileset import Candidate
 from tests.support.pipeline_rig import Rig, RigFactory
 from tests.support.rotate import (
     gzip_file,

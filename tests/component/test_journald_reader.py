@@ -15,21 +15,10 @@ import pytest
 
 from shipper.config import InputConfig, JournaldConfig, MultilineConfig
 from shipper.parse.document import DocBuilder
-from shipper.sources.journal import (
-    Gap,
-    JournalAssembler,
-    JournalEntry,
-    doc_id,
-    parse_cursor,
-    source_event,
-)
-from shipper.sources.journald import (
-    JournalReader,
-    JournalReaderConfig,
-    check_journal,
-    read_head,
-    read_head_sync,
-)
+from shipper.sources.journald.cursor import Gap, doc_id, parse_cursor
+from shipper.sources.journald.entries import JournalAssembler, JournalEntry, source_event
+from shipper.sources.journald.probe import check_journal, read_head, read_head_sync
+from shipper.sources.journald.reader import JournalReader, JournalReaderConfig
 from tests.support.fake_clock import FakeClock, RecordingEvents
 from tests.support.journal import Journal
 from tests.support.wait import async_wait_until

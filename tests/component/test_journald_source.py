@@ -19,8 +19,8 @@ from shipper.config import Config, InputConfig, JournaldConfig, MultilineConfig
 from shipper.events import Events
 from shipper.model import Checkpoint, Draft, is_journal_checkpoint
 from shipper.sources.base import Room
-from shipper.sources.journal import journal_key, parse_cursor
-from shipper.sources.journal_source import JournaldSource
+from shipper.sources.journald.cursor import journal_key, parse_cursor
+from shipper.sources.journald.source import JournaldSource
 from tests.support.journal import Journal, journal_remote
 
 pytestmark = pytest.mark.skipif(journal_remote() is None, reason="systemd-journal-remote is not installed")
@@ -30,7 +30,7 @@ TIMEOUT_S = 10.0
 
 
 class Writer:
-    """The record writer as a source sees it: a draft, and `stage`; `take` is a commit."""
+    """The draft writer as a source sees it: a draft, and `stage`; `take` is a commit."""
 
     def __init__(self) -> None:
         self.draft = Draft()

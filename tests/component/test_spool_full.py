@@ -15,7 +15,7 @@ from shipper.model import Checkpoint, DeadLetter
 from shipper.ship import batching
 from shipper.ship.outbox import Outbox
 from shipper.spool import AsyncSpool, Spool
-from shipper.spool.writer import DiskWait, RecordWriter
+from shipper.spool.writer import DiskWait, DraftWriter
 from tests.support.pipeline_rig import FakeClock, RecordingEvents
 from tests.support.wait import async_wait_until
 
@@ -33,12 +33,12 @@ def _unfill(spool: Spool) -> None:
     spool.cache._sql("PRAGMA max_page_count = 1073741823")
 
 
-def _writer(aspool: AsyncSpool) -> tuple[FakeClock, RecordingEvents, Outbox, RecordWriter]:
-    """A record writer on `aspool` under a fake clock, handing its batches to an outbox."""
+def _writer(aspool: AsyncSpool) -> tuple[FakeClock, RecordingEvents, Outbox, DraftWriter]:
+    """A draft writer on `aspool` under a fake clock, handing its batches to an outbox."""
     clock = FakeClock()
     events = RecordingEvents()
     outbox = Outbox(1 << 30, 1, events)
-    writer = RecordWriter(aspool, batching.group, outbox.add, DiskWait(events, clock), clock, max_events=2000,
+    writer = DraftWriter(aspool, batching.group, outbox.add, DiskWait(events, clock), clock, max_events=2000,
                           max_bytes=5 << 20, gzip=False, wake=asyncio.Event())
     return clock, events, outbox, writer
 

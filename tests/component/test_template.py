@@ -22,15 +22,10 @@ from shipper.commands.main import main
 from shipper.config import Config, load_config_text
 from shipper.errors import TransportError
 from shipper.events import Events
-from shipper.model import Batch
+from shipper.model import Attempt
 from shipper.ship.sender import Sender
-from shipper.ship.template import (
-    TEMPLATE_NAME,
-    TemplateGate,
-    ensure_templates,
-    guard_first_bulk,
-    inspect,
-)
+from shipper.ship.template import TemplateGate, ensure_templates, guard_first_bulk, inspect
+from shipper.ship.template_body import TEMPLATE_NAME
 from tests.support.daemon import free_port
 from tests.support.es import ES
 from tests.support.fake_clock import FakeClock as SharedFakeClock
@@ -57,12 +52,12 @@ def sender(cfg: Config) -> tuple[Sender, TemplateGate]:
     return s, gate
 
 
-def attempt(index: str, seqs: range) -> Batch:
+def attempt(index: str, seqs: range) -> Attempt:
     body = b"".join(orjson.dumps({"create": {"_index": index, "_id": f"id-{n}"}}) + b"\n" +
                     orjson.dumps({"@timestamp": "2026-12-01T10:00:00.000Z", "message": f"line {n}",
                                   "log": {"level": "info", "offset": n * 10, "file": {"path": "/var/log/a.log"}},
                                   "host": {"name": "h"}, "seq": n}) + b"\n" for n in seqs)
-    return Batch(body, False, len(seqs))
+    return Attempt(body, False, len(seqs))
 
 
 def paths(proxy: FaultProxy) -> list[str]:
@@ -120,7 +115,7 @@ async def test_the_template_maps_every_ecs_field_as_spec_says(es: ES) -> None:
     s, gate = sender(load_config_text(f"inputs: [{{paths: ['/var/log/a.log']}}]\noutput:\n  elasticsearch:\n"
                                       f"    hosts: ['{es.url}']\n    index: 'ecs-probe-%Y.%m.%d'\n"))
     try:
-        assert await s.deliver(Batch(b"".join(out), False, len(out))) == []
+        assert await s.deliver(Attempt(b"".join(out), False, len(out))) == []
     finally:
         await s.client.close()
     assert gate.result is not None and gate.result.state == "installed"
@@ -139,7 +134,7 @@ async def test_the_template_maps_every_ecs_field_as_spec_says(es: ES) -> None:
     s, _ = sender(load_config_text(f"inputs: [{{paths: ['/var/log/a.log']}}]\noutput:\n  elasticsearch:\n"
                                    f"    hosts: ['{es.url}']\n    index: 'ecs-probe-%Y.%m.%d'\n"))
     try:
-        assert await s.deliver(Batch(plain, False, 1)) == []
+        assert await s.deliver(Attempt(plain, False, 1)) == []
     finally:
         await s.client.close()
 

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from shipper.config import Config, ElasticsearchConfig, RetryConfig, TLSConfig, load_config_text
 from shipper.errors import ConfigError, TransportError
-from shipper.model import Batch
+from shipper.model import Attempt
 from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient
@@ -133,10 +133,10 @@ def _sender(url: str, tls: TLSConfig, events: RecordingEvents | None = None, clo
     return Sender(cfg, events or RecordingEvents(), clock or _clock())
 
 
-def _attempt(n: int) -> Batch:
+def _attempt(n: int) -> Attempt:
     body = b"".join(orjson.dumps({"create": {"_index": "t", "_id": f"id-{i}"}}) + b"\n" +
                     orjson.dumps({"seq": i}) + b"\n" for i in range(n))
-    return Batch(body, False, n)
+    return Attempt(body, False, n)
 
 
 async def _wait_retries(ev: RecordingEvents, n: int, what: str, timeout_s: float = 20.0) -> None:

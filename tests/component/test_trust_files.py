@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipper.commands.check import hardlink_warning
-from shipper.sources.journald_probe import JournalDirRefused, check_journal, child_env, journal_directory
+from shipper.sources.journald.probe import JournalDirRefused, check_journal, child_env, journal_directory
 from shipper.tail import identity, look, opening
 from shipper.tail.harvester import Harvester
 from shipper.tail.lines import LineSplitter

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from shipper.sources.journal import journal_key, parse_cursor
+from shipper.sources.journald.cursor import journal_key, parse_cursor
 from tests.support.daemon import Daemon, write_config
 from tests.support.es import ES
 from tests.support.journal import Journal, journal_remote

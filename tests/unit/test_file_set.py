@@ -13,7 +13,7 @@ from typing import Any, cast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shipper.tail.files import FileSet, Key, OpenFile
+from shipper.tail.fileset import FileSet, Key, OpenFile
 from shipper.tail.harvester import Harvester
 from tests.support.fake_clock import RecordingEvents
 

@@ -14,17 +14,12 @@ from hypothesis import strategies as st
 from shipper.config import InputConfig, JournaldConfig, MultilineConfig
 from shipper.model import FLAG_MULTILINE_CAPPED, FLAG_TRUNCATED
 from shipper.parse.document import DocBuilder
-from shipper.sources.journal import (
+from shipper.sources.journald.cursor import (
     Cursor,
-    JournalAssembler,
-    JournalEntry,
     JournalLag,
-    LineSplitter,
     SeqnumTracker,
     classify_exit,
-    decode_entry,
     doc_id,
-    field_bytes,
     follow_argv,
     head_argv,
     journal_key,
@@ -33,6 +28,13 @@ from shipper.sources.journal import (
     probe_argv,
     resume_gap,
     same_entry,
+)
+from shipper.sources.journald.entries import (
+    JournalAssembler,
+    JournalEntry,
+    LineSplitter,
+    decode_entry,
+    field_bytes,
     source_event,
 )
 
@@ -369,7 +371,7 @@ def test_lines_over_the_limit_are_dropped_and_counted(sizes: list[int], chunk: i
 
 
 def test_the_status_item_spec_names() -> None:
-    from shipper.sources.journal import status_entry
+    from shipper.sources.journald.cursor import status_entry
     assert status_entry("/j", ("a.service",), cursor_text(40), cur(100)) == {
         "directory": "/j", "units": ["a.service"], "cursor": cursor_text(40), "lag_entries": 60,
         "lag_seconds": pytest.approx(60e-6)}

@@ -23,7 +23,7 @@ from shipper.config import load_config_text
 from shipper.metrics import HELP, Metrics, TelemetryEvents, render_prometheus
 from shipper.model import FileStatus
 from shipper.monitor import BACKLOG_MIN_BYTES, MIN_RATE_SPAN_S, Monitor, RateTracker, eta_s
-from shipper.service import material
+from shipper.service import without_drift
 from tests.support.daemon import metric_key, parse_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -483,7 +483,7 @@ def test_a_tick_that_keeps_the_last_rows_says_what_a_tick_making_them_afresh_say
         dk.pop("updated"), df.pop("updated")
         dk.pop("started"), df.pop("started")
         assert dk == df, now
-        assert material(dk, memo_k) == material(df), now
+        assert without_drift(dk, memo_k) == without_drift(df), now
         gk, gf = ({k: v for k, v in ob.events.m.gauges.items() if k[0] != "shipper_start_time_seconds"}
                   for ob in (kept, fresh))
         assert gk == gf, now

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from shipper.model import Checkpoint
 from shipper.tail.catalog import Catalog
-from shipper.tail.files import FileSet
+from shipper.tail.fileset import FileSet
 from shipper.tail.recovery import Recovery
 from tests.support.fake_clock import RecordingEvents
 

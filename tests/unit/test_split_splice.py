@@ -214,7 +214,7 @@ def test_no_fused_loop_without_the_c_path() -> None:
        max_events=st.integers(1, 12), max_bytes=st.integers(1, 4000))
 def test_grouping_parts_that_hold_runs_of_pairs_equals_grouping_the_pairs(
         sizes: list[int], runs: list[int], max_events: int, max_bytes: int) -> None:
-    """The record writer gets the reader's runs as one part each (`Draft.multi`): the bodies are
+    """The draft writer gets the reader's runs as one part each (`Draft.multi`): the bodies are
     the same as from one part per pair, whatever the limits."""
     pairs = [b'{"create":{"_id":"%d"}}\n{"p":"%s"}\n' % (i, b"x" * n) for i, n in enumerate(sizes)]
     parts: list[bytes] = []

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from shipper.config import Config, load_config_text
-from shipper.ship.template import (
+from shipper.ship.template_body import (
     PRIORITY_BROAD,
     PRIORITY_NARROW,
     Distribution,

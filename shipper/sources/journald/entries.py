@@ -1,11 +1,6 @@
-"""Pure: the systemd journal's entries and what they become, apart from any I/O.
-
-Entries as `journalctl --output=json --all` prints them, the events (and document fields) they
-become, multiline grouping per unit and PID with the position that is safe to commit, and the
-JSON lines cut from journalctl's chunks. Cursors, gaps, lag and journalctl's argv are in
-`sources/journal_cursor.py` (re-exported here); the child process that produces the JSON lines
-is `sources/journald.py`; documents are built by `parse/document.py` from the `SourceEvent`s made here.
-"""
+"""Pure: the journal's entries as `journalctl --output=json --all` prints them, the events they
+become (parse/document.py builds their documents), multiline groups per unit and PID with the
+position safe to commit, and the JSON lines cut from journalctl's chunks. No I/O."""
 
 from __future__ import annotations
 
@@ -16,65 +11,11 @@ from shipper.config import MultilineConfig
 from shipper.model import FLAG_TRUNCATED
 from shipper.parse.doc_values import SourceEvent
 from shipper.parse.multiline import MultilineAggregator
-from shipper.sources.journal_cursor import (
-    OUTPUT_FIELDS,
+from shipper.sources.journald.cursor import (
     Cursor,
-    ExitKind,
-    Gap,
-    GapReason,
-    JournalLag,
-    SeqnumTracker,
-    StartAt,
-    classify_exit,
-    count_argv,
     doc_id,
-    follow_argv,
-    head_argv,
-    is_partial_view,
-    journal_key,
-    journal_lag,
     parse_cursor,
-    probe_argv,
-    resume_gap,
-    same_entry,
-    status_entry,
-    unit_match,
 )
-
-# this module's names and those re-exported from journal_cursor.py: `from shipper.sources.journal import X` works as before the split
-__all__ = [
-    "Cursor",
-    "ExitKind",
-    "Gap",
-    "GapReason",
-    "JournalAssembler",
-    "JournalEntry",
-    "JournalLag",
-    "LineSplitter",
-    "OUTPUT_FIELDS",
-    "PRIORITY_NAMES",
-    "SeqnumTracker",
-    "StartAt",
-    "classify_exit",
-    "count_argv",
-    "decode_entry",
-    "doc_id",
-    "field_bytes",
-    "field_int",
-    "field_text",
-    "follow_argv",
-    "head_argv",
-    "is_partial_view",
-    "journal_key",
-    "journal_lag",
-    "parse_cursor",
-    "probe_argv",
-    "resume_gap",
-    "same_entry",
-    "source_event",
-    "status_entry",
-    "unit_match",
-]
 
 # syslog severities as journald's PRIORITY holds them (0..7), named as syslog(3) names them
 PRIORITY_NAMES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")

@@ -1,11 +1,6 @@
-"""The systemd journal as a source: a `JournalReader`'s entries -> events in the draft, the cursor its checkpoint.
-
-The reader (journalctl as a child) runs in a background task that fills a bounded buffer and sets
-`wake`; `read_round` moves entries from the buffer into the writer's draft (bounded by the room)
-and never blocks. The cursor of the last entry taken (multiline groups still held excluded) goes
-into the same draft as a `Checkpoint`, so it is committed in the same spool transaction as the
-events it covers. Lag comes from a look at the journal's newest entry every few seconds.
-"""
+"""The journal as a Source: reader.py's entries -> events in the writer's draft, the cursor of the
+last one taken its checkpoint (in the same spool transaction as the events). The reader fills a
+bounded buffer in a task of its own; `read_round` never blocks. Lag: a look at the head now and then."""
 
 from __future__ import annotations
 
@@ -20,15 +15,10 @@ from shipper.events import Events
 from shipper.model import Checkpoint, Draft, FileStatus, JournalStatus
 from shipper.parse.document import DocBuilder
 from shipper.sources.base import Drafts, DropCounter, Progress, Room, lowest_unshipped
-from shipper.sources.journal import (
-    Cursor,
-    JournalAssembler,
-    JournalEntry,
-    journal_lag,
-    parse_cursor,
-    source_event,
-)
-from shipper.sources.journald import JOURNALCTL, JournalReader, JournalReaderConfig
+from shipper.sources.journald.cursor import Cursor, journal_lag, parse_cursor
+from shipper.sources.journald.entries import JournalAssembler, JournalEntry, source_event
+from shipper.sources.journald.probe import JOURNALCTL
+from shipper.sources.journald.reader import JournalReader, JournalReaderConfig
 
 MAX_BUFFER_ENTRIES = 8192        # read from the child, not yet in a draft; beyond it the child's pipe fills
 MAX_BUFFER_BYTES = 16 * 1024 * 1024

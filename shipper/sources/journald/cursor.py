@@ -1,7 +1,6 @@
-"""Pure: where a journal read stands: cursors, the `_id` an entry gets, the key its cursor is stored
-under, gaps (entries vacuumed before they were read), lag, and journalctl's argv and exit reasons.
-Must not do I/O or decode entries: entries and multiline are sources/journal.py, the child sources/journald.py.
-"""
+"""Pure: where a journal read stands: cursors, the `_id` an entry gets, the key its cursor is
+stored under, gaps (entries vacuumed before they were read), lag, journalctl's argv and exits.
+No I/O, no entries decoded (entries.py); the child is reader.py's."""
 
 from __future__ import annotations
 
@@ -45,7 +44,7 @@ def parse_cursor(text: str) -> Cursor | None:
     if not isinstance(text, str) or not text or len(text) > 512:
         return None
     items = text.split(";")
-    # journalctl's own order (s i b m t x) is the fast path (one entry at a time, ~1 us)
+    # journalctl's own order (s i b m t x) is the fast path (one entry at a time)
     if len(items) == 6:
         s_, i_, b_, m_, t_, _x = items
         if s_[:2] == "s=" and i_[:2] == "i=" and b_[:2] == "b=" and m_[:2] == "m=" and t_[:2] == "t=":

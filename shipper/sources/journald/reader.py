@@ -1,13 +1,6 @@
-"""The journald source's I/O: `journalctl --follow --output=json --all` as an asyncio child process.
-
-Reads bounded chunks of the child's stdout (never blocking the loop), decodes entries, resumes
-inclusively from a cursor (dropping the entry equal to it), reports vacuumed gaps once, and
-restarts the child with backoff when it dies. Every decision is in `sources/journal.py`; faults
-are told to `Events` (journal_started, journal_gap, journal_reader_exited, journal_entry_skipped). Keeps
-nothing on disk: the cursor it starts from comes from the spool, and the pipeline commits the
-position of the events it queued in the same spool transaction as those events. The one-shot
-runs (the head, `shipper check`) are in `sources/journald_probe.py`, re-exported here.
-"""
+"""journalctl --follow as an asyncio child: bounded reads of its stdout, entries decoded, resumed
+from a cursor, gaps reported once, the child restarted with backoff; faults go to Events. Keeps
+nothing on disk (the cursor comes from the spool); decisions are cursor.py's and entries.py's."""
 
 from __future__ import annotations
 
@@ -24,17 +17,14 @@ from shipper.clock import Clock, SystemClock
 from shipper.config import InputConfig
 from shipper.events import Events
 from shipper.ship.backoff import Backoff
-from shipper.sources.journal import (
+from shipper.sources.journald.cursor import (
     OUTPUT_FIELDS,
     Cursor,
     Gap,
-    JournalEntry,
     JournalLag,
-    LineSplitter,
     SeqnumTracker,
     StartAt,
     classify_exit,
-    decode_entry,
     follow_argv,
     journal_key,
     journal_lag,
@@ -43,28 +33,15 @@ from shipper.sources.journal import (
     resume_gap,
     same_entry,
 )
-from shipper.sources.journald_probe import (
+from shipper.sources.journald.entries import JournalEntry, LineSplitter, decode_entry
+from shipper.sources.journald.probe import (
     JOURNALCTL,
-    JournalCheck,
     JournalDirRefused,
-    check_journal,
     child_env,
     cursor_of,
     journal_directory,
     read_head,
-    read_head_sync,
 )
-
-# this module's names and those re-exported from journald_probe.py: `from shipper.sources.journald import X` works as before the split
-__all__ = [
-    "JOURNALCTL",
-    "JournalCheck",
-    "JournalReader",
-    "JournalReaderConfig",
-    "check_journal",
-    "read_head",
-    "read_head_sync",
-]
 
 _STDERR_KEEP = 4096
 

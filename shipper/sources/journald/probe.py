@@ -1,7 +1,6 @@
-"""The journal's one-shot journalctl runs: its head (newest matching entry, for lag and `shipper status`)
-and `shipper check`'s readability and entry count, plus the environment every journalctl child gets.
-Must not follow the journal or keep anything: the reader is sources/journald.py; decisions are sources/journal*.py.
-"""
+"""The journal's one-shot journalctl runs: its head (the newest matching entry, for lag and
+`shipper status`), `shipper check`'s look, and the environment and directory every child gets.
+Never follows the journal or keeps anything (reader.py follows it)."""
 
 from __future__ import annotations
 
@@ -14,14 +13,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from shipper.sources.journal_cursor import (
-    Cursor,
-    classify_exit,
-    count_argv,
-    head_argv,
-    is_partial_view,
-    parse_cursor,
-)
+from shipper.sources.journald.cursor import Cursor, classify_exit, count_argv, head_argv, is_partial_view, parse_cursor
 from shipper.tail import opening
 
 JOURNALCTL = "journalctl"
