@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from tests.support.pipeline_rig import Rig, RigFactory
 async def make_rig(tmp_path: Path) -> AsyncIterator[RigFactory]:
     rigs: list[Rig] = []
 
-    def make(paths: list[str] | None = None, **kw: object) -> Rig:
+    def make(paths: list[str] | None = None, **kw: Any) -> Rig:
         rig = Rig(tmp_path, paths or [str(tmp_path / "logs" / "*.log")], **kw)
         rigs.append(rig)
         return rig

@@ -154,7 +154,7 @@ async def test_a_failed_write_stops_the_records_behind_it(tmp_path: Path, monkey
     real = rig.spool._spool.commit
     calls: list[int] = []
 
-    def failing_first(*args):  # type: ignore[no-untyped-def]
+    def failing_first(*args):
         calls.append(sum(n for _, n in (args[0]() if callable(args[0]) else args[0])))
         if len(calls) == 1:
             busy.set()

@@ -141,6 +141,7 @@ async def test_a_removed_pod_directory_is_unwatched_and_a_new_one_watched(tmp_pa
     inp = containers_input(tmp_path)
     wake = asyncio.Event()
     w = watch.make_watcher(asyncio.get_running_loop(), wake)
+    assert isinstance(w, watch.InotifyWatcher), "inotify is expected on the test machines"
     await asyncio.to_thread(w.watch, [inp], discovery.resolve_links(discovery.scan([inp])))
     key = f"{p.target.parent}|False"
     try:

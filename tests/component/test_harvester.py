@@ -635,8 +635,8 @@ def test_reads_share_one_buffer_and_nothing_read_refers_to_it(tmp_path: Path) ->
             f.write(b"ree\na-four\n")
         assert [(ln[0], ln[2]) for ln in ha.read(64)] == [(12, b"a-three"), (20, b"a-four")]
         assert not ha.suspect
-        with open(b, "r+b") as f:                                      # copytruncate, refilled longer
-            f.write(b"X" * 40 + b"\n")
+        with open(b, "r+b") as g:                                      # copytruncate, refilled longer
+            g.write(b"X" * 40 + b"\n")
         assert hb.read(64) == [] and hb.suspect                        # told by the tail, as before
     finally:
         os.close(ha.fd)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ class Writer:
 
     def stage(self, cp: Checkpoint) -> None:
         self.draft.checkpoints[cp.incarnation] = dataclasses.replace(cp)
+
+    async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:
+        return []
 
     def take(self) -> Draft:
         d, self.draft = self.draft, Draft()
@@ -255,6 +259,7 @@ async def test_build_pipeline_gives_files_only_the_file_inputs(tmp_path: Path) -
         p, files = await build_pipeline(cfg, spool, Events(), SystemClock(), "h")
         (f, jsrc) = p.sources
         assert f is files and isinstance(f, FileSource) and isinstance(jsrc, JournaldSource)
+        assert isinstance(files, FileSource)
         assert files.cfg.inputs == (file_input,)
         assert [cp.incarnation for cp in files.catalog] == ["0123456789ab"]
         assert jsrc.cp.cursor == stored.cursor

@@ -335,7 +335,9 @@ def test_example_config_loads_and_shows_every_spec_key_with_a_comment() -> None:
     cfg = load_config_text(text, "config/shipper.yaml", env={})
     assert cfg.inputs[0].paths == ("/var/log/**/*.log",)
     assert cfg.output.hosts == ("http://127.0.0.1:9200",)
-    keys = dotted_keys(yaml.compose(text))
+    node = yaml.compose(text)
+    assert node is not None
+    keys = dotted_keys(node)
     missing = [k for k in SPEC_KEYS if k not in keys]
     assert not missing, f"config/shipper.yaml lacks SPEC keys {missing}"
     lines = text.splitlines()

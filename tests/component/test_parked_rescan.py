@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from shipper.tail import discovery, watch
+from shipper.tail import watch
 from shipper.tail.scan import FULL_EVERY, Scanner
 from tests.component.test_quiet_files import _line
 from tests.component.test_scan import _ahead, _touch_dir
@@ -43,7 +43,7 @@ def lstats(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             seen.append(os.path.basename(str(path)))
         return real(path, *a, **kw)
 
-    monkeypatch.setattr(discovery.os, "lstat", spy)
+    monkeypatch.setattr(os, "lstat", spy)
     return seen
 
 

@@ -471,8 +471,8 @@ async def test_the_rescans_full_check_finds_an_unnamed_write_too(watched: Callab
             written[it] = now
         await asyncio.sleep(0.01)
         rig.clock.advance(2.0)
-    f = next(iter(rig.p.sources.values()))
-    assert f.unreported
+    opened = next(iter(rig.p.sources.values()))
+    assert opened.unreported
     settled = [late[k] for k in sorted(late)][-10:]
     assert len(late) >= 20 and max(settled) <= 2.0, late
 
@@ -500,8 +500,8 @@ async def test_after_inotify_lost_events_a_write_found_by_the_full_look_is_no_ev
     await rig.step()                   # the rescan the overflow asks for reads every file
     await _rounds(rig, 3)
     assert rig.count("m1") == 1
-    f = next(iter(rig.p.sources.values()))
-    assert not f.unreported and f.quiet, "a write whose event was dropped made the file unreported"
+    opened = next(iter(rig.p.sources.values()))
+    assert not opened.unreported and opened.quiet, "a write whose event was dropped made the file unreported"
 
 
 async def test_a_file_written_behind_inotifys_back_is_read_every_round_after_a_reopen(

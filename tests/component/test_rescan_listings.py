@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from shipper.tail import harvester as harvester_mod
 from shipper.tail.scan import Scanner
 from tests.component.test_scan import _ahead, _touch_dir
 from tests.support.pipeline_rig import Rig
@@ -59,7 +58,7 @@ async def test_a_rescan_of_unchanged_directories_lists_and_stats_nothing_again(
             stats.append(str(path))
             return real(path, *a, **kw)
 
-        monkeypatch.setattr(harvester_mod.os, "stat", counting)
+        monkeypatch.setattr(os, "stat", counting)
         scanner = rig.p.files._scanner
         await rig.p.rescan()
         assert scanner.reused == 2, "logs/ and logs/a/ unchanged: their listings are reused"

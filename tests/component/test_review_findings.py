@@ -170,7 +170,7 @@ async def test_reload_builds_the_new_pipeline_after_the_spool_thread_settled(tmp
 
         old.sender.client.close = close_then_release  # type: ignore[method-assign]
         await svc.reload()
-        assert svc.pipeline is not old
+        assert svc.pipeline is not old and svc.pipeline is not None
         assert seq not in svc.pipeline.outbox.pending
         assert svc.pipeline.snapshot().queue_events == 0
         await ack

@@ -30,7 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipper.config import InputConfig
-from shipper.tail import discovery, scan
+from shipper.tail import discovery
 from shipper.tail.scan import FULL_EVERY, RACY_NS, Scanner, reusable
 from tests.support.fake_clock import FakeClock
 
@@ -165,7 +165,7 @@ def _counting_scandir(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         listed.append(path)
         return real(path)
 
-    monkeypatch.setattr(scan.os, "scandir", counting)
+    monkeypatch.setattr(os, "scandir", counting)
     return listed
 
 
@@ -220,7 +220,7 @@ def test_reusable_wants_the_same_signature_an_old_enough_listing_and_not_the_ful
 def test_scan_stat_reuses_the_stat_of_open_files_in_unchanged_directories_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _tree(tmp_path)
-    inp = InputConfig(paths=[str(root / "**/*.log")])
+    inp = InputConfig(paths=(str(root / "**/*.log"),))
     keys = {path: (s.st_dev, s.st_ino) for path, _i, s in discovery.scan_stat([inp])}
     known = {p: k for p, k in keys.items() if "/a/" in p}           # a/ and a/b/ open, c/ not
     scanner = Scanner(_ahead())
@@ -233,7 +233,7 @@ def test_scan_stat_reuses_the_stat_of_open_files_in_unchanged_directories_only(
         lstats.append(path)
         return real(path)
 
-    monkeypatch.setattr(discovery.os, "lstat", counting)
+    monkeypatch.setattr(os, "lstat", counting)
     (root / "a" / "f0.log").write_bytes(b"grown\n")       # content: the directory does not change
     reused: set[str] = set()
     again = discovery.scan_stat([inp], scanner=scanner, known=known, reused=reused)
@@ -261,7 +261,7 @@ def test_scan_stat_reuses_the_stat_of_open_files_in_unchanged_directories_only(
 
 def test_a_known_path_now_holding_another_file_is_stated_afresh(tmp_path: Path) -> None:
     root = _tree(tmp_path)
-    inp = InputConfig(paths=[str(root / "c/*.log")])
+    inp = InputConfig(paths=(str(root / "c/*.log"),))
     [(path, _i, s)] = discovery.scan_stat([inp])[:1]
     scanner = Scanner(_ahead())
     discovery.scan_stat([inp], scanner=scanner, known={path: (s.st_dev, s.st_ino)})

@@ -37,7 +37,7 @@ def body(n: int, tag: str = "x") -> bytes:
 
 
 @pytest.fixture
-def spool(tmp_path: Path):  # type: ignore[no-untyped-def]
+def spool(tmp_path: Path):
     s = Spool(str(tmp_path))
     yield s
     s.close()

@@ -248,7 +248,7 @@ def test_spool_thread_answer_after_the_loop_closed_is_dropped() -> None:
     gate, done = threading.Event(), threading.Event()
     errors: list[BaseException] = []
     old_hook = threading.excepthook
-    threading.excepthook = lambda a: errors.append(a.exc_value)  # type: ignore[assignment,return-value]
+    threading.excepthook = lambda a: errors.append(a.exc_value) if a.exc_value is not None else None
 
     async def start() -> None:
         worker.call(gate.wait, 10)

@@ -140,7 +140,7 @@ async def test_a_draft_handed_over_behind_one_that_meets_a_full_disk_is_written_
     real_commit = spool.commit
     written: list[int] = []
 
-    def commit(bodies, covers, cps, gzip):  # type: ignore[no-untyped-def]
+    def commit(bodies, covers, cps, gzip):
         out = real_commit(bodies, covers, cps, gzip)
         written.extend(cp.offset for cp in cps)
         return out

@@ -379,7 +379,7 @@ def test_a_repair_writes_every_row_in_this_versions_layout(tmp_path: Path) -> No
     ins = salvage.inspect(str(tmp_path))
     fresh = tmp_path / "fresh" / "spool"
     fresh.mkdir(parents=True)
-    from shipper.spool.store import open_cache
+    from shipper.spool.database import open_cache
     cache = open_cache(str(fresh), str(fresh / "cache.db"))
     try:
         with cache.transact():

@@ -17,6 +17,7 @@ from shipper.clock import SystemClock
 from shipper.service import build_pipeline
 from shipper.sources.files import FileSource
 from shipper.spool import AsyncSpool
+from shipper.tail.watch import InotifyWatcher
 from tests.support.es import ES
 from tests.support.fake_clock import RecordingEvents
 from tests.support.pipeline_rig import make_config
@@ -48,7 +49,7 @@ async def test_a_steady_writer_is_read_with_inotify_paused_and_a_later_line_stil
     await p.start()
     source = next(s for s in p.sources if isinstance(s, FileSource))
     watcher = source._watcher
-    assert watcher is not None and type(watcher).__name__ == "InotifyWatcher", "inotify is needed for this test"
+    assert isinstance(watcher, InotifyWatcher), "inotify is needed for this test"
     try:
         await _until(lambda: p.snapshot().shipped_total >= 1, "the first line shipped")
         held_samples = 0

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipper.commands.check import hardlink_warning
+from shipper.config import Symlinks
 from shipper.sources.journald.probe import JournalDirRefused, check_journal, child_env, journal_directory
 from shipper.tail import identity, look, opening
 from shipper.tail.harvester import Harvester
@@ -219,7 +220,7 @@ def test_a_dir_link_on_a_walk_is_followed_as_the_inputs_rule_says(tmp_path: Path
     link(secret.parent, logs / "app" / "into", NOBODY)
     pattern = f"{logs}/**/*.log"
 
-    def walk(rule: opening.Symlinks) -> tuple[list[str], list[Refused]]:
+    def walk(rule: Symlinks) -> tuple[list[str], list[Refused]]:
         s = Scanner()
         s.begin()
         got = sorted(s.iglob(pattern, rule))
@@ -276,8 +277,7 @@ def test_links_fanning_out_to_siblings_make_a_walk_of_each_directory_once(
         listed.append(os.path.realpath(path))
         return real(path)
 
-    from shipper.tail import scan
-    monkeypatch.setattr(scan.os, "scandir", counting)
+    monkeypatch.setattr(os, "scandir", counting)
     s = Scanner()
     s.begin()
     got = list(s.iglob(f"{logs}/**/*.log"))
@@ -307,7 +307,7 @@ def _harvester(path: Path) -> Harvester:
 
 
 def _read_all(h: Harvester) -> list[tuple[int, int, bytes]]:
-    out = []
+    out: list[tuple[int, int, bytes]] = []
     for _ in range(10_000):
         got = h.read(256 * 1024)
         out.extend((a, b, bytes(c)) for a, b, c, _f in got)

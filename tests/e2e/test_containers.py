@@ -119,7 +119,7 @@ def test_kubelet_rotation_of_a_symlinked_target_under_a_writer(tmp_path: Path, e
     with CriWriter(RuntimeLog(p.target)) as w:
         now = 1_796_119_200.0
         for i, at in enumerate((150, 350, 550, 620)):
-            wait_until(lambda at=at: w.lines >= at, "the writer to write")
+            wait_until(lambda: w.lines >= at, "the writer to write")
             kubelet_rotate(p.target, now + i, w.reopen, max_files=4)
         wait_until(lambda: w.lines >= 700, "the writer to write")
     assert any(n.endswith(".gz") for n in os.listdir(p.target.parent))

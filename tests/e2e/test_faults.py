@@ -106,7 +106,7 @@ def test_503_bursts(tmp_path, es, fault_proxy, daemon_factory):
     for burst in range(3):
         fault_proxy.fail_next(503, times=4)
         write_lines(app, range(burst * 300, burst * 300 + 300))
-        wait_until(lambda b=burst: es.count() >= (b + 1) * 300, f"burst {burst} delivered", timeout_s=30)
+        wait_until(lambda: es.count() >= (burst + 1) * 300, f"burst {burst} delivered", timeout_s=30)
     assert fault_proxy.by_status.get(503, 0) == 12
     _oracle(es, d, range(900))
 
@@ -117,15 +117,16 @@ def test_two_seconds_of_latency_keeps_several_requests_in_flight_and_memory_flat
     app, d = _setup(tmp_path, fault_proxy.url, daemon_factory,
                     # the template's three requests at start would add 6 s to a test of bulk overlap
                     {"bulk_max_events": 150, "max_in_flight": 4, "timeout": "10s", "index_template": "off"})
-    assert d.pid is not None
-    rss0 = _rss_kib(d.pid)
+    pid = d.pid
+    assert pid is not None
+    rss0 = _rss_kib(pid)
     t0 = time.monotonic()
     write_lines(app, range(1500))          # 10 requests of 150: 20 s one at a time
     peak = rss0
 
     def done() -> bool:
         nonlocal peak
-        peak = max(peak, _rss_kib(d.pid))
+        peak = max(peak, _rss_kib(pid))
         return es.count() >= 1500
     wait_until(done, "1500 documents through a 2 s proxy", timeout_s=60, interval_s=0.2)
     took = time.monotonic() - t0

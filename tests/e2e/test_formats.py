@@ -72,7 +72,7 @@ def shipped(osmem_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     for name, lines in files.items():
         _write(tmp / name / f"{name}.log", lines)
     written_at = tl.now()
-    inputs = [
+    inputs: list[dict[str, Any]] = [
         {"paths": [str(tmp / "nginx/*.log")], "format": "regex", "pattern": "nginx", "index": "f-nginx"},
         {"paths": [str(tmp / "apache/*.log")], "format": "regex", "pattern": "apache", "index": "f-apache"},
         {"paths": [str(tmp / "syslog/*.log")], "format": "regex", "pattern": "syslog", "index": "f-syslog",
@@ -90,7 +90,7 @@ def shipped(osmem_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     import yaml
 
     data = yaml.safe_load(cfg.read_text())
-    data["inputs"] = [dict(i, scan_interval="500ms") for i in inputs]
+    data["inputs"] = [{**i, "scan_interval": "500ms"} for i in inputs]
     cfg.write_text(yaml.safe_dump(data))
     d = Daemon(cfg)
     es = ES(rec.url, timeline=tl)

@@ -190,7 +190,7 @@ def test_an_idle_daemon_vouches_for_status_json_without_rewriting_it(tmp_path: P
 
     def shipped_in_file() -> bool:
         got = _read_status_file(state)
-        return bool(got) and any(f["path"] == str(log) and f["offset"] == size for f in got["files"]) \
+        return got is not None and bool(got) and any(f["path"] == str(log) and f["offset"] == size for f in got["files"]) \
             and got["queue"]["events"] == 0 and got["output"]["up"] is True
 
     wait_until(shipped_in_file, "status.json to show the file shipped", timeout_s=20)

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -44,7 +44,7 @@ def wait_count(es: ES, n: int, daemon: Daemon, timeout_s: float = 30.0) -> None:
                timeout_s=timeout_s, interval_s=0.2)
 
 
-def logrotate(tmp_path: Path, log: Path, mode: str = "create", **kw: Any) -> None:
+def logrotate(tmp_path: Path, log: Path, mode: Literal["create", "copytruncate"] = "create", **kw: Any) -> None:
     run_logrotate(logrotate_conf(log, mode, **kw), tmp_path / "logrotate.state")
 
 

@@ -142,10 +142,10 @@ def test_root_commands_follow_no_link_in_another_users_state_dir(open_tmp: Path)
     secret = vault / "secret.json"
     secret.write_text('{"output": {"last_error": "TOPSECRET-7f3a", "hosts": ["TOPSECRET-7f3a"]}, "mode": "daemon"}')
     precious = {name: vault / name for name in ("lock-target", "wal-target")}
-    for p in precious.values():
-        p.write_bytes(b"precious root data\n")
-    for p in [secret, *precious.values()]:
-        os.chmod(p, 0o600)
+    for f in precious.values():
+        f.write_bytes(b"precious root data\n")
+    for f in [secret, *precious.values()]:
+        os.chmod(f, 0o600)
     chown_tree(state, NOBODY)
     # nobody's links: SQLite's -wal is made anew by the next open, so a link there is what it would open
     for name, target in (("status.json", secret), ("lock", precious["lock-target"])):
@@ -163,8 +163,8 @@ def test_root_commands_follow_no_link_in_another_users_state_dir(open_tmp: Path)
         out = p.stdout + p.stderr
         assert "TOPSECRET" not in out and "Traceback" not in out, out
         assert p.returncode != 0 and "is a symbolic link: not followed" in p.stderr, (p.args, p.returncode, out)
-    for p in precious.values():
-        assert p.read_bytes() == b"precious root data\n" and p.stat().st_uid == 0, p
+    for f in precious.values():
+        assert f.read_bytes() == b"precious root data\n" and f.stat().st_uid == 0, f
     # with the -wal link gone, the reads work: status.json's link is still not followed
     os.unlink(state / "spool" / "cache.db-wal")
     p = shipper("status", "--json", "-c", str(cfg), cwd=open_tmp)

@@ -195,8 +195,8 @@ def test_a_fifo_renamed_over_a_rotated_name_blocks_nothing(open_tmp: Path, es: E
             promptness.note_written(b"".join(pino_line(s) for s in seqs))
             expected += seqs
             shipped_within(es, d, expected, t0)
-            with open(app, "r+b") as f:
-                f.truncate(0)                 # copytruncate's second half: look for the copy
+            with open(app, "r+b") as g:
+                g.truncate(0)                 # copytruncate's second half: look for the copy
         assert t.is_alive(), "the swaps went on all along"
     finally:
         stop.set()

@@ -68,7 +68,7 @@ class _Server:
         self.calls = 0
         outer = self
 
-        class Handler(self.handler):  # type: ignore[misc,name-defined]
+        class Handler(self.handler):  # type: ignore[name-defined]
             server_state = outer
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

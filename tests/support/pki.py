@@ -43,5 +43,5 @@ def server_context(d: Path, ca: tuple[Path, Path], dns_name: str) -> tuple[ssl.S
     def remember(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
         seen.append(name)
 
-    ctx.sni_callback = remember       # type: ignore[assignment]
+    ctx.sni_callback = remember
     return ctx, seen

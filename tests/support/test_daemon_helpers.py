@@ -87,7 +87,7 @@ def test_write_config_is_accepted_by_the_config_loader(tmp_path: Path) -> None:
     assert loaded.output.hosts == ("http://127.0.0.1:1",) and loaded.inputs[0].scan_interval_s == 0.5
 
 
-def test_daemon_fails_fast_with_output_when_the_process_exits(tmp_path: Path, daemon_factory) -> None:  # type: ignore[no-untyped-def]
+def test_daemon_fails_fast_with_output_when_the_process_exits(tmp_path: Path, daemon_factory) -> None:
     cfg = write_config(tmp_path, es_url="http://127.0.0.1:1", paths=[tmp_path / "*.log"])
     d = daemon_factory(cfg, start=False)
     d.args = ["--no-such-option-for-the-harness-test"]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from typing import Any
 
 import pytest
 
 from tests.support.es import ES, ESError, assert_exactly_once
 
 
-def hit(doc_id: str, seq: object, index: str = "i") -> dict[str, object]:
+def hit(doc_id: str, seq: object, index: str = "i") -> dict[str, Any]:
     return {"_id": doc_id, "_index": index, "_source": {"seq": seq}}
 
 

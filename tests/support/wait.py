@@ -20,7 +20,7 @@ def _message(what: What, timeout_s: float) -> str:
     return f"timed out after {timeout_s}s waiting for {text}"
 
 
-def wait_until(cond: Callable[[], T], what: What, timeout_s: float = 10.0, interval_s: float = 0.02) -> T:
+def wait_until(cond: Callable[[], T | None], what: What, timeout_s: float = 10.0, interval_s: float = 0.02) -> T:
     """Poll `cond` until it returns a truthy value and return that value.
 
     Raises AssertionError naming `what` after `timeout_s`. Exceptions from `cond` propagate.
@@ -36,7 +36,7 @@ def wait_until(cond: Callable[[], T], what: What, timeout_s: float = 10.0, inter
 
 
 async def async_wait_until(
-    cond: Callable[[], T], what: What, timeout_s: float = 10.0, interval_s: float = 0.02
+    cond: Callable[[], T | None], what: What, timeout_s: float = 10.0, interval_s: float = 0.02
 ) -> T:
     """The asyncio twin of `wait_until`: yields to the loop between polls."""
     deadline = time.monotonic() + timeout_s

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from shipper.config import InputConfig
+from shipper.config import EcsMode, InputConfig
 from shipper.parse.document import DocBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +24,8 @@ def test_the_pages_documents_are_what_the_code_builds() -> None:
     offset = int(re.search(r"\(at offset (\d+)\)", PAGE).group(1))  # type: ignore[union-attr]
     shown = [orjson.loads(m) for m in re.findall(r"```json\n(.*?)\n```", PAGE, re.DOTALL)]
     assert len(shown) == 2
-    for mode, want in zip(("add", "replace"), shown, strict=True):
+    modes: tuple[EcsMode, ...] = ("add", "replace")
+    for mode, want in zip(modes, shown, strict=True):
         out: list[bytes] = []
         DocBuilder(InputConfig(paths=("/var/log/checkout/*.log",), ecs=mode), "logs-%Y.%m.%d", "node-7").build(
             "a1b2c3d4e5f6", "/var/log/checkout/app.log", [(offset, offset + len(data) + 1, data, 0)], 0.0, out)

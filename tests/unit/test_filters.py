@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from shipper.parse.filters import MISSING, DocTransform, LineFilter, get_field
@@ -79,7 +81,7 @@ BEARER = r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/-]+=*"
 
 def test_mask_card_numbers_and_bearer_tokens_everywhere() -> None:
     t = DocTransform([], {}, {CARD: "****", BEARER: r"\1[REDACTED]"})
-    doc = {
+    doc: dict[str, Any] = {
         "@timestamp": "2026-11-30T12:00:00.000Z",
         "message": "charge card 4111 1111 1111 1111 for order 991 failed",
         "req": {"headers": {"authorization": "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiI0MiJ9.c2lnbmF0dXJl"}},

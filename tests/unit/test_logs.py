@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,7 +13,7 @@ from shipper import logs
 
 
 @pytest.fixture
-def capture() -> io.StringIO:
+def capture() -> Iterator[io.StringIO]:
     buf = io.StringIO()
     logs.setup_logging("debug", buf)
     yield buf

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from shipper.config import load_config_text
 from shipper.metrics import HELP, Metrics, TelemetryEvents, render_prometheus
-from shipper.model import FileStatus
+from shipper.model import FileStatus, PipelineStatus
 from shipper.monitor import BACKLOG_MIN_BYTES, MIN_RATE_SPAN_S, Monitor, RateTracker, eta_s
 from shipper.service import without_drift
 from tests.support.daemon import metric_key, parse_prometheus
@@ -291,6 +291,12 @@ class Observed:
     def files(self) -> tuple[FileStatus, ...]:
         return tuple(FileStatus(**r) for r in self.rows)
 
+    def status(self) -> PipelineStatus:
+        """What `Pipeline.snapshot()` would give now (the fields the Monitor does not read at rest)."""
+        return PipelineStatus(self.files, self.queue_events, self.queue_bytes, self.dead_letters, self.output_up,
+                              self.last_error, 0.0, self.hosts, self.bytes_at_risk, 0, 0, False, 0, False,
+                              self.journald)
+
     def set_output(self, up: bool, error: str | None) -> None:
         """What the sending side does: its own state, and the occurrence for telemetry."""
         self.output_up = up
@@ -313,15 +319,15 @@ def _monitor(p: Observed, down_after_s: float = 5.0) -> Monitor:
 def test_health_turns_503_only_after_the_threshold_and_recovers(pipeline: Observed) -> None:
     mon = _monitor(pipeline, down_after_s=5.0)
     t0 = time.monotonic()
-    assert mon.health(pipeline, t0) == (True, "ok")
+    assert mon.health(pipeline.status(), t0) == (True, "ok")
     pipeline.set_output(False, "http://user:hunter22@127.0.0.1:9: connection refused")
-    assert mon.health(pipeline, t0 + 4.0)[0] is True
-    ok, reason = mon.health(pipeline, t0 + 6.5)
+    assert mon.health(pipeline.status(), t0 + 4.0)[0] is True
+    ok, reason = mon.health(pipeline.status(), t0 + 6.5)
     assert not ok and reason.startswith("output down for 6s")
     assert "connection refused" in reason and "hunter22" not in reason
     assert mon.health(None, t0) == (False, "starting")
     pipeline.set_output(True, None)
-    assert mon.health(pipeline, t0 + 100.0) == (True, "ok")
+    assert mon.health(pipeline.status(), t0 + 100.0) == (True, "ok")
 
 
 def test_status_doc_has_the_spec_shape(pipeline: Observed) -> None:
@@ -329,9 +335,9 @@ def test_status_doc_has_the_spec_shape(pipeline: Observed) -> None:
     row = {"path": "-", "inode": None, "incarnation": "abc", "offset": 100, "queued_offset": 100,
            "size": 300, "lag_bytes": 200, "state": "reading"}
     now = time.monotonic()
-    mon.sample(pipeline, now, [dict(row)])
-    mon.sample(pipeline, now + 2.0, [dict(row, offset=200, lag_bytes=100)])
-    doc = json.loads(json.dumps(mon.status_doc(pipeline, now + 2.0, [dict(row, offset=200, lag_bytes=100)])))
+    mon.sample(pipeline.status(), now, [dict(row)])
+    mon.sample(pipeline.status(), now + 2.0, [dict(row, offset=200, lag_bytes=100)])
+    doc = json.loads(json.dumps(mon.status_doc(pipeline.status(), now + 2.0, [dict(row, offset=200, lag_bytes=100)])))
     assert set(doc) >= {"files", "queue", "dead_letter", "output"}
     assert set(doc["files"][0]) >= {"path", "inode", "offset", "size", "lag_bytes"}
     assert doc["files"][0]["rate_bytes_per_s"] == 50.0 and doc["files"][0]["eta_s"] == 2.0
@@ -340,7 +346,7 @@ def test_status_doc_has_the_spec_shape(pipeline: Observed) -> None:
     assert doc["output"]["up"] is True and doc["output"]["last_error"] is None
     assert doc["eta_s"] == 2.0 and doc["lag_bytes"] == 100
     pipeline.set_output(False, "HTTP 503 from http://127.0.0.1:9: unavailable")
-    doc = mon.status_doc(pipeline, time.monotonic())
+    doc = mon.status_doc(pipeline.status(), time.monotonic())
     assert doc["output"]["up"] is False and "503" in doc["output"]["last_error"]
     assert doc["output"]["down_since"] is not None and doc["output"]["down_since"] <= time.time()
     m = parse_prometheus(mon.m.render())
@@ -354,15 +360,15 @@ def test_progress_logs_while_catching_up_then_once_caught_up(pipeline: Observed,
            "size": 3 * BACKLOG_MIN_BYTES, "lag_bytes": 3 * BACKLOG_MIN_BYTES, "state": "active"}
     caplog.set_level(logging.INFO, logger="shipper")
     now = 1000.0
-    files = mon.sample(pipeline, now, [big])
-    mon.progress(pipeline, now, files)
-    files = mon.sample(pipeline, now + 2, [dict(big, offset=BACKLOG_MIN_BYTES, lag_bytes=2 * BACKLOG_MIN_BYTES)])
-    mon.progress(pipeline, now + 2, files)       # within PROGRESS_EVERY_S: no second line
-    files = mon.sample(pipeline, now + 12, [dict(big, offset=2 * BACKLOG_MIN_BYTES, lag_bytes=BACKLOG_MIN_BYTES)])
-    mon.progress(pipeline, now + 12, files)
-    files = mon.sample(pipeline, now + 14, [dict(big, offset=3 * BACKLOG_MIN_BYTES, lag_bytes=0)])
-    mon.progress(pipeline, now + 14, files)
-    mon.progress(pipeline, now + 30, files)
+    files = mon.sample(pipeline.status(), now, [big])
+    mon.progress(pipeline.status(), now, files)
+    files = mon.sample(pipeline.status(), now + 2, [dict(big, offset=BACKLOG_MIN_BYTES, lag_bytes=2 * BACKLOG_MIN_BYTES)])
+    mon.progress(pipeline.status(), now + 2, files)       # within PROGRESS_EVERY_S: no second line
+    files = mon.sample(pipeline.status(), now + 12, [dict(big, offset=2 * BACKLOG_MIN_BYTES, lag_bytes=BACKLOG_MIN_BYTES)])
+    mon.progress(pipeline.status(), now + 12, files)
+    files = mon.sample(pipeline.status(), now + 14, [dict(big, offset=3 * BACKLOG_MIN_BYTES, lag_bytes=0)])
+    mon.progress(pipeline.status(), now + 14, files)
+    mon.progress(pipeline.status(), now + 30, files)
     msgs = [(r.getMessage(), r.__dict__) for r in caplog.records if r.name == "shipper"]
     assert [m for m, _ in msgs] == ["catching up", "catching up", "caught up"]
     second = msgs[1][1]
@@ -430,14 +436,14 @@ def test_total_eta_falls_back_to_queue_over_events_out_rate(pipeline: Observed) 
     row = {"path": "/a.log", "inode": 7, "incarnation": "i", "offset": 0, "queued_offset": 5000,
            "size": 5000, "lag_bytes": 5000, "state": "active"}
     pipeline.queue_events = 1000
-    mon.sample(pipeline, 100.0, [row])
+    mon.sample(pipeline.status(), 100.0, [row])
     mon.events.batch_acked(1, 200, 0)              # 200 events acked in 2 s, the file's offset not yet moved
-    mon.sample(pipeline, 102.0, [row])
-    doc = mon.status_doc(pipeline, 102.0, [row])
+    mon.sample(pipeline.status(), 102.0, [row])
+    doc = mon.status_doc(pipeline.status(), 102.0, [row])
     assert doc["rates"]["events_out_per_s"] == 100.0 and doc["files"][0]["eta_s"] is None
     assert doc["eta_s"] == 10.0
     pipeline.queue_events = 0
-    assert mon.status_doc(pipeline, 102.0, [dict(row, offset=5000, lag_bytes=0)])["eta_s"] == 0.0
+    assert mon.status_doc(pipeline.status(), 102.0, [dict(row, offset=5000, lag_bytes=0)])["eta_s"] == 0.0
 
 
 # one tick of a pipeline seen by the Monitor: seconds since the last tick, then per file (a, b)

@@ -69,7 +69,7 @@ def _samples(c: dict[str, Any], keep: float) -> Any:
     from shipper.config import SampleConfig
     field = c.pop("field")
     ((op, value),) = c.items()
-    return (SampleConfig(ConditionConfig(field, op, value), keep),)
+    return (SampleConfig(ConditionConfig(field, op, value), keep),)  # type: ignore[arg-type]  # op: one of the Literal's, from the test's dict
 
 
 def test_the_first_matching_sample_rule_decides() -> None:
@@ -110,7 +110,7 @@ def test_throttle_keeps_at_most_max_buckets(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_redact_nested_dotted_mixed_and_wildcard() -> None:
-    doc = {"req": {"headers": {"authorization": "Bearer x", "cookie": "c", "host": "h"}},
+    doc: dict[str, Any] = {"req": {"headers": {"authorization": "Bearer x", "cookie": "c", "host": "h"}},
            "req.headers.authorization": "flat", "req.headers": {"authorization": "mixed"},
            "password": "p", "user": {"password": "u", "name": "n"}, "other": {"password": "o"},
            "list": [{"password": "in a list"}]}

@@ -203,7 +203,7 @@ def test_the_chunk_buffer_is_not_kept(kind: type) -> None:
 
 
 def test_no_fused_loop_without_the_c_path() -> None:
-    b = DocBuilder(InputConfig(paths=("/x/*.log",), include_lines=["a"]), "logs", "h")   # a filter: Python only
+    b = DocBuilder(InputConfig(paths=("/x/*.log",), include_lines=("a",)), "logs", "h")   # a filter: Python only
     assert b.split_builder(INC, PATH, NOW, [], {}) is None
     b = DocBuilder(InputConfig(paths=("/x/*.log",), format="text"), "logs", "h")
     assert b.split_builder(INC, PATH, NOW, [], {}) is None

@@ -396,3 +396,12 @@ def test_the_module_map_is_true_to_the_code() -> None:
     actual = {rel(p) for p in modules().values()}
     assert not actual - mapped, f"modules missing from docs/development.md's map: {sorted(actual - mapped)}"
     assert not mapped - actual, f"docs/development.md's map names modules that do not exist: {sorted(mapped - actual)}"
+
+
+def test_mypy_checks_the_tests_too() -> None:
+    """The type gate covers tests/ (relaxed): a test that calls a seam with the wrong types fails it."""
+    import tomllib
+    mypy = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert {"shipper", "bench", "tests"} <= set(mypy["files"]) and mypy["strict"] is True
+    relaxed = [o for o in mypy["overrides"] if "tests.*" in o["module"]]
+    assert relaxed and relaxed[0].get("check_untyped_defs") is True

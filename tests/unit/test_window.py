@@ -94,10 +94,10 @@ def test_memory_accounting_and_spill_time() -> None:
 
 def test_route() -> None:
     common = dict(memory_bytes=0, draft_bytes=10, memory_max_bytes=100)
-    assert route("always", durable=False, spooled=False, **common) == "spool"        # type: ignore[arg-type]
-    assert route("when_behind", durable=True, spooled=False, **common) == "spool"    # type: ignore[arg-type]
-    assert route("when_behind", durable=False, spooled=True, **common) == "spool"    # type: ignore[arg-type]
-    assert route("when_behind", durable=False, spooled=False, **common) == "memory"  # type: ignore[arg-type]
+    assert route("always", durable=False, spooled=False, **common) == "spool"
+    assert route("when_behind", durable=True, spooled=False, **common) == "spool"
+    assert route("when_behind", durable=False, spooled=True, **common) == "spool"
+    assert route("when_behind", durable=False, spooled=False, **common) == "memory"
     assert route("when_behind", durable=False, spooled=False, memory_bytes=95, draft_bytes=10,
                  memory_max_bytes=100) == "wait"
     # an empty window takes one draft of any size
