@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from shipper.config import InputConfig  # noqa: E402
 from shipper.model import Checkpoint  # noqa: E402
 from shipper.parse.document import DocBuilder  # noqa: E402
-from shipper.ship.http1 import parse_head  # noqa: E402
+from shipper.ship.http_head import parse_head  # noqa: E402
 from shipper.spool.store import Spool  # noqa: E402
 from shipper.tail.lines import LineSplitter  # noqa: E402
 

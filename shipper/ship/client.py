@@ -30,6 +30,7 @@ from shipper.ship import http1
 from shipper.ship import tls as tlsmod
 from shipper.ship.backoff import Backoff
 from shipper.ship.bulk import FAILURE_STORE_MARK, FILTER_PATH, parse_retry_after
+from shipper.ship.http_head import ProtocolError
 from shipper.ship.proxy import Proxy, ProxyError, parse_proxy, secrets_of
 from shipper.ship.sigv4 import CredentialsError, Signer, encode_query
 
@@ -207,7 +208,7 @@ class BulkClient:
             return TransportError(f"timeout after {self.cfg.timeout_s:g}s", host=host.label)
         if (host.url.startswith("https:") and tlsmod.describe_tls_error(e, self.cfg.tls) is None
                 and isinstance(e, (ConnectionError, OSError))
-                and not isinstance(e, (http1.ProtocolError, ProxyError, CredentialsError))):
+                and not isinstance(e, (ProtocolError, ProxyError, CredentialsError))):
             # a reset on https: a refused client certificate looks like this under TLS 1.3
             parts = urlsplit(host.url)
             found = await tlsmod.diagnose(parts.hostname or "", parts.port or 443, self._tls,

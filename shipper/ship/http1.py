@@ -1,20 +1,7 @@
-"""HTTP/1.1 for the output: keep-alive connections on asyncio protocols, one request at a time each.
-
-Why by hand and not aiohttp (measured, bench/floor.py): a bulk request through aiohttp's
-ClientSession costs ~0.6 ms of CPU on this project's machines, about 8 loop iterations between
-the write and the answer; on a protocol of our own the write goes out in the caller's turn and
-the answer wakes the caller in the next, ~0.1 ms in all. At the rates most hosts run (tens of
-requests a second) that is most of the shipper's CPU. What is here is the part of HTTP/1.1 a
-bulk client needs: one request per connection at a time, Content-Length and chunked answers,
-answers read to EOF, `Connection: close`, gzip/deflate answers (inflated to 64 MiB at most), TLS through asyncio's own
-SSL transport, idle connections closed after `keepalive_s`, and a forward proxy per origin
-(ship/proxy.py: a CONNECT tunnel for https, absolute-form requests for http). No redirects, no
-cookies: the output never needed them.
-
-Every failure is an OSError (a `ProtocolError` for an answer that is not HTTP), TimeoutError or
-ssl.SSLError, so callers keep one `except` for "no answer came".
-"""
-
+"""HTTP/1.1 for the output, by hand (docs/development.md says why): keep-alive connections on
+asyncio protocols, one request at a time each; Content-Length, chunked and read-to-EOF answers,
+gzip/deflate inflated to 64 MiB at most, TLS, a forward proxy per origin; no redirects or cookies.
+Every failure is an OSError (ProtocolError: not HTTP), TimeoutError or ssl.SSLError."""
 from __future__ import annotations
 
 import asyncio
@@ -24,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from shipper.ship.http_head import ProtocolError, parse_head
+
 if TYPE_CHECKING:
     from shipper.ship.proxy import Proxy
 
@@ -31,10 +20,6 @@ _MAX_HEAD = 64 * 1024          # status line + headers
 _MAX_BODY = 256 * 1024 * 1024  # an answer larger than this is not an Elasticsearch answer
 MAX_DECODED = 64 * 1024 * 1024  # a gzip/deflate answer inflates to this at most (SPEC, Trust boundaries)
 _INFLATE_STEP = 1024 * 1024
-
-
-class ProtocolError(ConnectionError):
-    """The server's answer is not HTTP/1.x that can be read."""
 
 
 @dataclass(slots=True)
@@ -81,22 +66,6 @@ def inflate(body: bytes, enc: str, limit: int = MAX_DECODED) -> bytes:
     if not d.eof:
         raise ProtocolError(f"the answer's {enc} body does not decompress: it is cut short")
     return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def parse_head(head: bytes) -> tuple[int, bool, dict[str, str]]:
-    """(status, HTTP/1.1?, headers) of a response head without its final CRLFCRLF. Raises ProtocolError."""
-    lines = head.split(b"\r\n")
-    status_line = lines[0]
-    parts = status_line.split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 or not parts[1].isdigit():
-        raise ProtocolError(f"not an HTTP/1.x answer: {status_line[:80]!r}")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip():
-            raise ProtocolError(f"bad header line in the answer: {line[:80]!r}")
-        headers[name.decode("latin-1").lower()] = value.strip().decode("latin-1")
-    return int(parts[1]), parts[0] == b"HTTP/1.1", headers
 
 
 class _Conn(asyncio.Protocol):

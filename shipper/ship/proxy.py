@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from shipper.errors import ConfigError
+from shipper.ship.http_head import ProtocolError, parse_head
 
 _MAX_HEAD = 64 * 1024
 
@@ -47,8 +48,6 @@ class Proxy:
         """A non-blocking socket tunnelled to host:port (`CONNECT`), nothing sent through it yet.
         Raises ProxyError when the proxy refuses or breaks the tunnel, OSError when it is not
         reachable. The caller bounds the time."""
-        from shipper.ship.http1 import ProtocolError, parse_head
-
         loop = asyncio.get_running_loop()
         sock = await _connect(loop, self.host, self.port)
         try:

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shipper.ship.http1 import Origin, ProtocolError, Response, _Conn, parse_head
+from shipper.ship.http1 import Origin, Response, _Conn
+from shipper.ship.http_head import ProtocolError, parse_head
 
 
 class _Transport(asyncio.Transport):
