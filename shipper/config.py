@@ -1,11 +1,7 @@
-"""YAML -> frozen dataclasses: `${ENV}` expansion, sizes and durations, defaults, unknown keys.
-
-Every error is a `ConfigError` naming the key (dotted path) with the file and line where known.
-This module opens no logs, sockets or state: it only reads the config file it is given.
-It knows nothing of parsing: whether a `pattern` or a `mask` compiles into a parser is checked by
-`shipper.parse.validate`, and `shipper.settings.load` runs both (what the daemon and commands call).
-"""
-
+"""YAML -> frozen dataclasses: `${ENV}` expanded, sizes and durations, defaults, unknown keys
+refused; every error a ConfigError naming the key (and the line). Reads only the file it is given;
+inputs[] is config_inputs.py's, output's parts config_output.py's, and whether a pattern compiles
+is parse/validate.py's (settings.load runs both)."""
 from __future__ import annotations
 
 import os
@@ -18,6 +14,15 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from shipper.config_inputs import MAX_LINE_BYTES_LIMIT as MAX_LINE_BYTES_LIMIT  # re-exported, as the seven below
+from shipper.config_inputs import EcsMode as EcsMode
+from shipper.config_inputs import Format as Format
+from shipper.config_inputs import InputConfig as InputConfig
+from shipper.config_inputs import JournaldConfig as JournaldConfig
+from shipper.config_inputs import MultilineConfig as MultilineConfig
+from shipper.config_inputs import StartAt as StartAt
+from shipper.config_inputs import Symlinks as Symlinks
+from shipper.config_inputs import read_input
 from shipper.config_output import AwsSigV4Config as AwsSigV4Config  # re-exported, as the three below
 from shipper.config_output import DataStreamConfig as DataStreamConfig
 from shipper.config_output import IndexTemplateMode as IndexTemplateMode
@@ -26,10 +31,8 @@ from shipper.config_output import read_aws_sigv4, read_data_stream, read_tls
 from shipper.config_processors import ConditionConfig as ConditionConfig  # re-exported, as the two below
 from shipper.config_processors import SampleConfig as SampleConfig
 from shipper.config_processors import ThrottleConfig as ThrottleConfig
-from shipper.config_processors import read_conditions, read_redact, read_sample, read_throttle
 from shipper.config_values import Lines as _Lines
 from shipper.config_values import Section as _Section
-from shipper.config_values import check_regex as _regex
 from shipper.config_values import decode_cloud_id as decode_cloud_id  # re-exported, as the four below
 from shipper.config_values import expand_env as expand_env
 from shipper.config_values import expand_values as _expand_values
@@ -45,63 +48,7 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:9607"
 LOGSENE_RECEIVER = "https://logsene-receiver.sematext.com"
 LOGSENE_RECEIVER_EU = "https://logsene-receiver.eu.sematext.com"
 
-Format = Literal["auto", "json", "text", "regex", "docker", "cri"]
 DocumentIdMode = Literal["auto", "none"]
-EcsMode = Literal["add", "replace", "off"]
-StartAt = Literal["beginning", "end"]
-Symlinks = Literal["owner", "all", "none"]     # `symlinks: owner | true | false` (SPEC, Trust boundaries)
-
-
-# max_line_bytes' upper bound, 64MiB: a longer line could not be indexed anyway (Elasticsearch
-# refuses a request over http.max_content_length, 100mb by default, and a line's document is
-# larger than the line: added fields, JSON escapes), every line is held whole in memory on its
-# way, and it keeps lengths far below the 2**31 where 32-bit counters of C parsers wrap.
-MAX_LINE_BYTES_LIMIT = (64 * 1024 * 1024, "64MiB: a longer line could not be indexed, Elasticsearch refuses "
-                        "requests over 100mb by default, and each line is held whole in memory")
-
-
-@dataclass(frozen=True, slots=True)
-class MultilineConfig:
-    start: str
-    max_lines: int = 500
-    timeout_s: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class JournaldConfig:
-    """`inputs[].journald`: the systemd journal instead of `paths`."""
-
-    directory: str | None = None          # None: the system journal; else a directory of journal files
-    units: tuple[str, ...] = ()           # only entries of these units (_SYSTEMD_UNIT); () = every entry
-
-
-@dataclass(frozen=True, slots=True)
-class InputConfig:
-    paths: tuple[str, ...]
-    exclude: tuple[str, ...] = ()
-    format: Format = "auto"
-    pattern: str | None = None
-    multiline: MultilineConfig | None = None
-    fields: Mapping[str, Any] = field(default_factory=dict)
-    start_at: StartAt = "beginning"
-    scan_interval_s: float = 10.0
-    index: str | None = None
-    max_line_bytes: int = 1024 * 1024
-    timezone: str = "local"
-    include_lines: tuple[str, ...] = ()
-    exclude_lines: tuple[str, ...] = ()
-    drop_fields: tuple[str, ...] = ()
-    rename_fields: Mapping[str, str] = field(default_factory=dict)
-    mask: Mapping[str, str] = field(default_factory=dict)
-    close_inactive_s: float = 300.0
-    symlinks: Symlinks = "owner"              # which symbolic links are followed: see tail/opening.py
-    journald: JournaldConfig | None = None    # set: a journald input (and `paths` is empty)
-    ecs: EcsMode = "add"                      # the ECS fields of pino/bunyan/pino-http keys (parse/ecs.py)
-    # the processors (parse/processors.py): drop, sample, throttle, redact built documents
-    drop_when: tuple[ConditionConfig, ...] = ()
-    sample: tuple[SampleConfig, ...] = ()
-    throttle: ThrottleConfig | None = None
-    redact: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +62,7 @@ class ElasticsearchConfig:
     bulk_max_events: int = 2000
     bulk_max_bytes: int = 5 * 1024 * 1024
     flush_interval_s: float = 1.0
-    flush_min_interval_s: float = 0.04    # extension: caught up, partial batches leave at most this often (issue 14: 40 ms keeps p99 < 50 ms)
+    flush_min_interval_s: float = 0.04    # extension: caught up, partial batches leave at most this often (docs/performance.md: the trade)
     timeout_s: float = 30.0
     tls: TLSConfig = field(default_factory=TLSConfig)
     pipeline: str | None = None
@@ -205,132 +152,6 @@ _ES_DEFAULTS = _TOP_DEFAULTS.output
 _QUEUE_DEFAULTS = _TOP_DEFAULTS.queue
 _RETRY_DEFAULTS = _TOP_DEFAULTS.retry
 _METRICS_DEFAULTS = _TOP_DEFAULTS.metrics
-_INPUT_DEFAULTS = InputConfig(paths=())
-_MULTILINE_DEFAULTS = MultilineConfig(start="")
-
-
-def _journald(s: _Section, lines: _Lines) -> JournaldConfig | None:
-    """`journald:` of an input; an input has exactly one of `paths` and `journald`."""
-    if not s.has("journald"):
-        return None
-    if s.has("paths"):
-        raise lines.error(s.key("journald"), "an input has either paths or journald, not both")
-    raw = s.raw("journald")
-    j = _Section({} if raw is None else raw, s.key("journald"), lines)
-    directory = j.string("directory", None)
-    if directory is not None:
-        directory = os.path.expanduser(directory)
-        if not os.path.isabs(directory):
-            raise lines.error(j.key("directory"), f"must be an absolute path, got {directory!r}")
-    units = j.strings("units")
-    for i, u in enumerate(units):
-        if not u or "/" in u or any(c.isspace() for c in u):
-            raise lines.error(f"{j.key('units')}[{i}]", f"expected a unit name such as app.service, got {u!r}")
-    j.finish()
-    for key in ("exclude", "scan_interval", "close_inactive", "symlinks"):
-        if s.has(key):
-            raise lines.error(s.key(key), "applies to paths only, not to a journald input")
-    return JournaldConfig(directory=directory, units=units)
-
-
-def _input(data: Any, path: str, lines: _Lines) -> InputConfig:
-    s = _Section(data, path, lines)
-    journald = _journald(s, lines)
-    paths = s.strings("paths")
-    if not paths and journald is None:
-        raise lines.error(s.key("paths"), "at least one glob is required (or journald: for the systemd journal)")
-    for p in paths:
-        if not os.path.isabs(os.path.expanduser(p)):
-            raise lines.error(s.key("paths"), f"globs must be absolute paths, got {p!r}")
-    fmt = s.string("format", _INPUT_DEFAULTS.format, ("auto", "json", "text", "regex", "docker", "cri"))
-    pattern = s.string("pattern", None)
-    if fmt == "regex":
-        if not pattern:
-            raise lines.error(s.key("pattern"), "format regex needs a pattern "
-                                                "(a regex with named groups, or nginx, apache, syslog)")
-        if pattern not in ("nginx", "apache", "syslog"):
-            _regex(pattern, s.key("pattern"), lines)
-            if "(?P<" not in pattern:
-                raise lines.error(s.key("pattern"), "a pattern needs at least one named group (?P<name>...)")
-    multiline = None
-    if s.raw("multiline") is not None:
-        m = _Section(s.raw("multiline"), s.key("multiline"), lines)
-        start = m.string("start", None)
-        if not start:
-            raise lines.error(m.key("start"), "multiline needs a start regex")
-        _regex(start, m.key("start"), lines)
-        multiline = MultilineConfig(start=start, max_lines=m.integer("max_lines", _MULTILINE_DEFAULTS.max_lines),
-                                    timeout_s=m.duration("timeout", _MULTILINE_DEFAULTS.timeout_s, positive=True))
-        m.finish()
-    start_at = s.string("start_at", _INPUT_DEFAULTS.start_at, ("beginning", "end"))
-    tz = s.string("timezone", _INPUT_DEFAULTS.timezone)
-    if tz not in ("local", "UTC", "utc"):
-        try:
-            from zoneinfo import ZoneInfo
-            ZoneInfo(tz)
-        except Exception:
-            raise lines.error(s.key("timezone"), f"unknown time zone {tz!r}") from None
-    include_lines = s.strings("include_lines")
-    exclude_lines = s.strings("exclude_lines")
-    for i, r in enumerate(include_lines):
-        _regex(r, f"{s.key('include_lines')}[{i}]", lines)
-    for i, r in enumerate(exclude_lines):
-        _regex(r, f"{s.key('exclude_lines')}[{i}]", lines)
-    rename = {k: str(v) for k, v in s.mapping("rename_fields").items()}
-    mask = {k: ("" if v is None else str(v)) for k, v in s.mapping("mask").items()}
-    for r in mask:
-        _regex(r, f"{s.key('mask')}.{r}", lines)
-    cfg = InputConfig(
-        paths=paths,
-        exclude=s.strings("exclude"),
-        format=fmt,
-        pattern=pattern,
-        multiline=multiline,
-        fields=s.json_mapping("fields"),
-        start_at=start_at,
-        scan_interval_s=s.duration("scan_interval", _INPUT_DEFAULTS.scan_interval_s, positive=True),
-        index=s.string("index", None),
-        max_line_bytes=s.size("max_line_bytes", _INPUT_DEFAULTS.max_line_bytes, minimum=16,
-                              maximum=MAX_LINE_BYTES_LIMIT),
-        timezone="UTC" if tz == "utc" else tz,
-        include_lines=include_lines,
-        exclude_lines=exclude_lines,
-        drop_fields=s.strings("drop_fields"),
-        rename_fields=rename,
-        mask=mask,
-        close_inactive_s=s.duration("close_inactive", _INPUT_DEFAULTS.close_inactive_s, positive=True),
-        symlinks=_symlinks(s, lines),
-        journald=journald,
-        ecs=_ecs(s),
-        drop_when=read_conditions(s, "drop_when", lines),
-        sample=read_sample(s, lines),
-        throttle=read_throttle(s, lines),
-        redact=read_redact(s, lines),
-    )
-    s.finish()
-    return cfg
-
-
-
-def _symlinks(s: _Section, lines: _Lines) -> Symlinks:
-    """`symlinks: owner | true | false` (YAML's true/false, or the words quoted)."""
-    v = s.raw("symlinks")
-    if isinstance(v, str):              # quoted, or from ${ENV}
-        v = {"true": True, "false": False}.get(v.strip().lower(), v.strip())
-    if v is None or v == "owner":
-        return "owner"
-    if v is True:
-        return "all"
-    if v is False:
-        return "none"
-    raise lines.error(s.key("symlinks"), f"expected owner, true or false, got {v!r}")
-
-
-def _ecs(s: _Section) -> EcsMode:
-    if s.raw("ecs") is False:               # YAML 1.1 reads a bare `off` as false
-        return "off"
-    mode: EcsMode = s.string("ecs", _INPUT_DEFAULTS.ecs, ("add", "replace", "off"))
-    return mode
 
 
 def _index_template(es: _Section, lines: _Lines) -> IndexTemplateMode:
@@ -456,7 +277,7 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
         inputs_raw = []
     if not isinstance(inputs_raw, list):
         raise lines.error("inputs", "expected a list of inputs")
-    inputs = tuple(_input(d, f"inputs[{i}]", lines) for i, d in enumerate(inputs_raw))
+    inputs = tuple(read_input(d, f"inputs[{i}]", lines) for i, d in enumerate(inputs_raw))
     state_dir = s.string("state_dir", _TOP_DEFAULTS.state_dir)
     if not state_dir:
         raise lines.error("state_dir", "must not be empty")
