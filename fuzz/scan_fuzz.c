@@ -105,7 +105,7 @@ static void check_taken(const unsigned char *buf, size_t size, const rules_t *R,
         w[0] = '{';
         out_t o = {w + 1, 0};
         write_ecs(&o, S, buf);
-        CHECK(o.n == sized.n && (o.n == 0 || w[1] == ','));   /* host.hostname alone: nothing here */
+        CHECK(o.n == sized.n && sized.n == S->ecs_n && (o.n == 0 || w[1] == ','));   /* host.hostname alone: nothing here */
         /* balanced braces outside strings, and no raw control byte */
         int depth = 0, in_str = 0;
         for (Py_ssize_t i = 2; i <= o.n; i++) {

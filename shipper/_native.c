@@ -137,7 +137,17 @@ typedef struct scan_s {
     int req_id_is_int;         /* req.id is an integer: written as its text */
     long long req_id;
     long long duration_ns;     /* event.duration from responseTime */
+    Py_ssize_t ecs_n;          /* the bytes write_ecs writes for it (sized in the scan, without the GIL) */
 } scan_t;
+
+/* Bytes written, or only counted (w == NULL): the ECS part of a pair is sized, then written. */
+typedef struct {
+    char *w;
+    Py_ssize_t n;
+} out_t;
+
+/* the ECS part of a pair (after host.name), written or counted: defined with the writer below */
+static void write_ecs(out_t *o, const struct scan_s *S, const unsigned char *data);
 
 typedef struct {
     span_t keys[MAX_RESERVED];
@@ -562,6 +572,35 @@ static int take_integer(parser_t *P, int depth, int f, const unsigned char *data
     return 1;
 }
 
+/* A number token (valid JSON) with at most 15 significant digits, up to 22 of them after the
+ * point and no exponent (`112.784`, `3`: what pino-http writes) as the double strtod reads: the
+ * digits as an integer and 10**k are both exact doubles, so their quotient is correctly rounded
+ * (Clinger's fast path). 0: the token is not of that form (strtod reads it). */
+static int exact_double(const unsigned char *s, const unsigned char *e, double *out) {
+    static const double POW10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12,
+                                     1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    int neg = *s == '-', digits = 0, frac = -1;
+    uint64_t m = 0;
+    for (s += neg; s < e; s++) {
+        if (*s == '.') {
+            frac = 0;
+            continue;
+        }
+        if (*s < '0' || *s > '9')
+            return 0;                      /* an exponent */
+        if (m || *s != '0')
+            digits++;
+        if (digits > 15)
+            return 0;
+        m = m * 10 + (uint64_t)(*s - '0');
+        if (frac >= 0 && ++frac > 22)
+            return 0;
+    }
+    double x = (double)m / POW10[frac > 0 ? frac : 0];
+    *out = neg ? -x : x;
+    return 1;
+}
+
 /* responseTime (ms, any JSON number) -> event.duration in integer ns: the double ms * 1e6 rounded
  * half to even, when a long holds it. */
 static int take_duration(parser_t *P, int depth, const unsigned char *data, scan_t *S) {
@@ -573,12 +612,16 @@ static int take_duration(parser_t *P, int depth, const unsigned char *data, scan
         return parse_value(P, depth);
     if (!parse_number(P, &is_int, &v))
         return 0;
-    if (c_numeric == (locale_t)0)
-        return 0;
-    size_t n = (size_t)(P->s - vs);      /* <= MAX_NUMBER_BYTES: parse_number's bound */
-    memcpy(buf, vs, n);
-    buf[n] = 0;
-    double ns = strtod_l(buf, NULL, c_numeric) * 1e6;
+    double ms;
+    if (!exact_double(vs, P->s, &ms)) {
+        if (c_numeric == (locale_t)0)
+            return 0;
+        size_t n = (size_t)(P->s - vs);      /* <= MAX_NUMBER_BYTES: parse_number's bound */
+        memcpy(buf, vs, n);
+        buf[n] = 0;
+        ms = strtod_l(buf, NULL, c_numeric);
+    }
+    double ns = ms * 1e6;
     if (ns >= -9223372036854775808.0 && ns < 9223372036854775808.0) {
         S->duration_ns = (long long)rint(ns);
         note(S, F_DURATION, data, vs, P->s);
@@ -799,6 +842,9 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
                 need |= FIELD_ROOT[i];
         if (need & (roots | R->fixed_roots))
             return;   /* an ECS object of the line's own (or the input's fields) gets fields: the fallback merges */
+        out_t sized = {NULL, 0};
+        write_ecs(&sized, out, data);
+        out->ecs_n = sized.n;
     }
     if (has_message)
         msg.n = 0;
@@ -881,11 +927,6 @@ static const char MSG_KEY[] = ",\"message\":";
 static const char LEVEL_KEY[] = ",\"level\":";
 static const char HOSTNAME_KEY[] = ",\"hostname\":";
 
-/* Bytes written, or only counted (w == NULL): the ECS part of a pair is sized, then written. */
-typedef struct {
-    char *w;
-    Py_ssize_t n;
-} out_t;
 
 static inline void o_put(out_t *o, const void *p, Py_ssize_t n) {
     if (o->w != NULL)
@@ -1110,7 +1151,7 @@ static inline const char *level_text(const scan_t *S, Py_ssize_t *n) {
 }
 
 /* The bytes of the pair of a line the scan took, after the action head `hd`. */
-static Py_ssize_t pair_size(const emit_t *E, const scan_t *S, const unsigned char *data, long long start, PyObject *hd) {
+static Py_ssize_t pair_size(const emit_t *E, const scan_t *S, long long start, PyObject *hd) {
     char sb[24];
     int sb_n = fmt_uint(sb, start);
     Py_ssize_t lv_n;
@@ -1119,9 +1160,7 @@ static Py_ssize_t pair_size(const emit_t *E, const scan_t *S, const unsigned cha
     Py_ssize_t size = PyBytes_GET_SIZE(hd) + E->inc_n + sb_n + TS_LEN + E->mid_n + sb_n + lv_n + E->host_n + 1
         + E->tail_n + body_n + 1;
     if (S->found) {
-        out_t o = {NULL, 0};
-        write_ecs(&o, S, data);
-        size += o.n;
+        size += S->ecs_n;
         if (HAS(S, F_HOSTNAME))
             size += (Py_ssize_t)(sizeof(HOSTNAME_KEY) - 1) + S->src[F_HOSTNAME].n;
     }
@@ -1181,7 +1220,7 @@ static int emit_pair(emit_t *E, const scan_t *S, const unsigned char *data, long
     PyObject *hd = pair_head(E, S);
     if (hd == NULL)
         return 0;
-    Py_ssize_t size = pair_size(E, S, data, start, hd);
+    Py_ssize_t size = pair_size(E, S, start, hd);
     PyObject *pair = PyBytes_FromStringAndSize(NULL, size);
     if (pair == NULL)
         return 0;
@@ -1584,7 +1623,7 @@ static PyObject *split_splice(PyObject *Py_UNUSED(self), PyObject *args) {
             }
             if (h != hd)
                 break;
-            size += pair_size(&E, &scans[j], lines[j].p, lines[j].start, hd);
+            size += pair_size(&E, &scans[j], lines[j].start, hd);
             j++;
         }
         PyObject *run = PyBytes_FromStringAndSize(NULL, size);
