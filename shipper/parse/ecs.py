@@ -85,13 +85,20 @@ def _source(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
     return v
 
 
+# the table's rows by the top-level key they read, in the table's order
+_BY_KEY: dict[str, list[tuple[tuple[str, ...], tuple[str, ...], Any]]] = {}
+for _row in _MAP:
+    _BY_KEY.setdefault(_row[0][0], []).append(_row)
+
+
 def ecs_values(doc: dict[str, Any]) -> list[tuple[tuple[str, ...], tuple[str, ...], Any]]:
     """(source path, target path, value) for every source of the right type in `doc`, in the
-    order of SPEC's table (`req.url` gives url.original, url.path and, when not empty, url.query).
-    Whether the target is free is not looked at here."""
+    order of SPEC's table by top-level key (`req.url` gives url.original, url.path and, when not
+    empty, url.query). Whether the target is free is not looked at here."""
     out: list[tuple[tuple[str, ...], tuple[str, ...], Any]] = []
-    for src, tgt, check in _MAP:
-        raw = doc.get(src[0])
+    rows = [r for k in _BY_KEY if k in doc for r in _BY_KEY[k]]
+    for src, tgt, check in rows:
+        raw = doc[src[0]]
         if raw is None:
             continue
         v = check(_source(doc, src) if len(src) > 1 else raw)
@@ -152,8 +159,15 @@ def apply_ecs(doc: dict[str, Any], mode: EcsMode, taken: dict[str, Any] | None =
     if mode == "off" or SOURCE_KEYS.isdisjoint(doc):
         return
     copied: list[tuple[str, ...]] = []
+    dotted = [k.split(".", 1)[0] for k in _dotted(doc)]
+    made: set[str] = set()          # objects this call made: they hold nothing but its own fields
     for src, tgt, v in ecs_values(doc):
-        if _is_free(doc, tgt, 0) and (taken is None or _is_free(taken, tgt, 0)):
+        # the usual line has no object of the target's name, nor a dotted key under it: free
+        root = tgt[0]
+        free = root in made or (root not in doc and root not in dotted) or _is_free(doc, tgt, 0)
+        if free and (taken is None or _is_free(taken, tgt, 0)):
+            if root not in doc and root not in dotted:
+                made.add(root)
             _set(doc, tgt, v)
             if mode == "replace" and tgt in _PRIMARY:
                 copied.append(src)      # url.path and url.query alone do not hold all of req.url
