@@ -319,12 +319,13 @@ def _system_command(system: str, tmp: str, input_path: str, url: str,
     py = args.python
     if system == "naive":
         return [py, os.path.join(BENCH_DIR, "naive.py"), input_path, url, "--batch", "1000"], False
-    if system in ("shipper", "shipper-py", "shipper-sigv4", "shipper-ecs-off"):
-        # shipper-ecs-off: the same daemon with `ecs: off` (no ECS fields: issue 43's baseline)
+    if system in ("shipper", "shipper-py", "shipper-sigv4", "shipper-ecs-off", "shipper-ecs-replace"):
+        # shipper-ecs-off / -replace: the same daemon with `ecs: off` (no ECS fields: issue 43's
+        # baseline) or `ecs: replace` (the ECS fields instead of pino's own)
         cfg = shipper_config(tmp, input_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
                              log_level=args.log_level, aws_sigv4=system == "shipper-sigv4",
-                             ecs="off" if system == "shipper-ecs-off" else None)
+                             ecs=system[len("shipper-ecs-"):] if system.startswith("shipper-ecs-") else None)
         if args.cprofile:
             prof = os.path.join(OUT_DIR, "shipper.prof")
             return [py, "-m", "cProfile", "-o", prof, "-m", "shipper", "run", "-c", cfg], False
@@ -348,7 +349,7 @@ def _system_command(system: str, tmp: str, input_path: str, url: str,
             return [pyspy, "record", "-o", svg, "--subprocesses", "--", *cmd], True
         return cmd, False
     raise SystemExit(f"unknown system {system!r} (known: naive, shipper, shipper-py, shipper-sigv4, "
-                     "shipper-ecs-off, syslog-ng, rsyslog)")
+                     "shipper-ecs-off, shipper-ecs-replace, syslog-ng, rsyslog)")
 
 
 # shipper-sigv4's static credentials, and nothing of the machine's (no files, no metadata endpoint)

@@ -84,7 +84,16 @@ static void check_taken(const unsigned char *buf, size_t size, const rules_t *R,
     }
     /* the ECS sources: only with ecs on, never with replace (that line is Python's), each inside
      * the body, a string with its quotes or a number token; what write_ecs writes is valid JSON */
-    CHECK(R->ecs == ECS_ADD || S->found == 0);
+    CHECK(R->ecs != ECS_OFF || S->found == 0);
+    /* replace: the cuts are sorted, apart, inside the body; without replace there are none */
+    CHECK(S->ncut >= 0 && S->ncut <= MAX_CUTS && (S->ncut == 0 || R->ecs == ECS_REPLACE));
+    Py_ssize_t cut = 0;
+    for (int i = 0; i < S->ncut; i++) {
+        CHECK(S->cut[i].n > 0 && S->cut[i].at >= 1 && (Py_ssize_t)(S->cut[i].at + S->cut[i].n) <= S->body_end - 1);
+        CHECK(i == 0 || S->cut[i].at > S->cut[i - 1].at + S->cut[i - 1].n);
+        cut += S->cut[i].n;
+    }
+    CHECK(cut == S->cut_n);
     for (int f = 0; f < NFIELDS; f++) {
         if (!(S->found >> f & 1))
             continue;

@@ -29,8 +29,9 @@
  *   fallback   callable(event) -> bytes appended to `out` by it
  *   ms_min/max the range of `time` (epoch ms) taken here
  *   ecs        (mode, fixed roots): mode 0 off, 1 add (the ECS fields written in front; a line
- *              that has an ECS object they go in is the fallback's, which merges), 2 replace (a
- *              line with a field to map is the fallback's, which removes the originals); fixed
+ *              that has an ECS object they go in is the fallback's, which merges), 2 replace (the
+ *              same, and the sources mapped are cut out of the line's bytes, with the objects
+ *              that leaves empty: `members_t`); fixed
  *              roots: the R_x bits of ECS objects the input's fields write (in `tail`), taken as
  *              the line's own
  * Returns the number of bytes appended to `out`.
@@ -114,9 +115,10 @@ static const unsigned FIELD_ROOT[NFIELDS] = {
     R_TRACE, R_SPAN, R_TRANSACTION, R_ERROR, R_ERROR, R_ERROR, R_PROCESS, R_HOST, R_SERVICE,
     R_HTTP, R_HTTP, R_URL, R_CLIENT, R_CLIENT, R_USER_AGENT, R_HTTP, R_EVENT
 };
+#define MAX_CUTS 32            /* ranges cut from a line's body (replace): more is the fallback's */
 #define ECS_OFF 0
 #define ECS_ADD 1
-#define ECS_REPLACE 2          /* the C path takes only lines nothing maps from */
+#define ECS_REPLACE 2          /* the sources mapped are cut out of the line's bytes */
 
 typedef struct {
     uint32_t at, n;            /* bytes [at, at + n) of the line */
@@ -138,6 +140,10 @@ typedef struct scan_s {
     long long req_id;
     long long duration_ns;     /* event.duration from responseTime */
     Py_ssize_t ecs_n;          /* the bytes write_ecs writes for it (sized in the scan, without the GIL) */
+    int replace;               /* ecs: replace: the sources mapped are cut out of the body */
+    int ncut;                  /* ranges of the line the body leaves out: sorted, disjoint (replace) */
+    rel_t cut[MAX_CUTS];
+    Py_ssize_t cut_n;          /* their bytes */
 } scan_t;
 
 /* Bytes written, or only counted (w == NULL): the ECS part of a pair is sized, then written. */
@@ -658,12 +664,53 @@ static int member_field(int kind, const unsigned char *k, Py_ssize_t kn) {
 
 static int take_source(parser_t *P, int depth, int f, const unsigned char *data, scan_t *S);
 
+/* ecs: replace: which members of one object the body leaves out, decided member by member as the
+ * scan goes. A member removed after a kept one is cut with the ',' before it; removed ones before
+ * the first kept member are cut with the ',' after each; an object all of whose members are
+ * removed is removed from its own parent (ecs.py: "an object left empty by that goes too"). */
+typedef struct {
+    Py_ssize_t last_kept_end;  /* -1: none kept yet */
+    Py_ssize_t head_start;     /* where the removed members before the first kept one start; -1 */
+    int kept, removed;
+} members_t;
+
+static inline int add_cut(scan_t *S, Py_ssize_t a, Py_ssize_t b) {
+    if (S->ncut >= MAX_CUTS)
+        return 0;
+    S->cut[S->ncut].at = (uint32_t)a;
+    S->cut[S->ncut].n = (uint32_t)(b - a);
+    S->ncut++;
+    return 1;
+}
+
+/* The member at [start, end) of the line is done, kept or removed; 0: too many cuts. */
+static inline int member_done(members_t *m, scan_t *S, Py_ssize_t start, Py_ssize_t end, int removed) {
+    if (removed) {
+        m->removed++;
+        if (m->last_kept_end >= 0)
+            return add_cut(S, m->last_kept_end, end);
+        if (m->head_start < 0)
+            m->head_start = start;
+        return 1;
+    }
+    m->kept++;
+    if (m->head_start >= 0) {
+        if (!add_cut(S, m->head_start, start))
+            return 0;
+        m->head_start = -1;
+    }
+    m->last_kept_end = end;
+    return 1;
+}
+
 /* An object at P->s, on its '{', its keys checked for duplicates; of kind K_x (err, req,
- * req.headers, res), its members that are ECS sources noted; of kind -1 (parse_object), none. */
+ * req.headers, res), its members that are ECS sources noted; of kind -1 (parse_object), none.
+ * 0: invalid; 1: done; 2: done, and with replace every member of it was removed. */
 static int take_members(parser_t *P, int depth, int kind, const unsigned char *data, scan_t *S) {
     if (depth > MAX_DEPTH)
         return 0;
-    int base = P->nkeys, more;
+    int base = P->nkeys, more, track = kind >= 0 && S->replace;
+    members_t m = {-1, -1, 0, 0};
     const unsigned char *k;
     Py_ssize_t kn;
     P->s++;
@@ -675,16 +722,27 @@ static int take_members(parser_t *P, int depth, int kind, const unsigned char *d
     do {
         if (!take_key(P, base, &k, &kn) || P->s >= P->e)
             return 0;
-        int f = kind < 0 ? -1 : member_field(kind, k, kn);
+        int f = kind < 0 ? -1 : member_field(kind, k, kn), removed = 0;
+        uint32_t before = kind < 0 ? 0 : S->found;
         if (f == NFIELDS) {
-            if (*P->s == '{' ? !take_members(P, depth + 1, K_HEADERS, data, S) : !parse_value(P, depth + 1))
+            int r = *P->s == '{' ? take_members(P, depth + 1, K_HEADERS, data, S) : parse_value(P, depth + 1);
+            if (!r)
                 return 0;
-        } else if (f >= 0 ? !take_source(P, depth + 1, f, data, S) : !parse_value(P, depth + 1)) {
+            removed = r == 2;                  /* headers emptied (parse_value gives 1) */
+        } else if (f >= 0) {
+            if (!take_source(P, depth + 1, f, data, S))
+                return 0;
+            removed = S->found != before;
+        } else if (!parse_value(P, depth + 1)) {
             return 0;
         }
+        if (track && !member_done(&m, S, (k - 1) - data, P->s - data, removed))
+            return 0;
     } while ((more = after_item(P, '}')) == 1);
     pop_keys(P, base);
-    return more == 2;
+    if (more != 2)
+        return 0;
+    return track && m.kept == 0 && m.removed > 0 ? 2 : 1;
 }
 
 static int take_source(parser_t *P, int depth, int f, const unsigned char *data, scan_t *S) {
@@ -755,6 +813,33 @@ static int top_key(const unsigned char *k, Py_ssize_t kn, unsigned *roots) {
     return -1;
 }
 
+/* The cuts in order, overlapping ones merged (a removed object's parent cut covers the cuts
+ * made inside it), and their total; 0 when they are not inside the body (never: a check). */
+static int sort_cuts(scan_t *S) {
+    rel_t *c = S->cut;
+    for (int i = 1; i < S->ncut; i++)
+        for (int j = i; j > 0 && c[j - 1].at > c[j].at; j--) {
+            rel_t t = c[j];
+            c[j] = c[j - 1];
+            c[j - 1] = t;
+        }
+    int n = 0;
+    for (int i = 0; i < S->ncut; i++) {
+        if (n && c[i].at <= c[n - 1].at + c[n - 1].n) {
+            uint32_t end = c[i].at + c[i].n;
+            if (end > c[n - 1].at + c[n - 1].n)
+                c[n - 1].n = end - c[n - 1].at;
+        } else {
+            c[n++] = c[i];
+        }
+    }
+    S->ncut = n;
+    S->cut_n = 0;
+    for (int i = 0; i < n; i++)
+        S->cut_n += c[i].n;
+    return n == 0 || (c[0].at >= 1 && (Py_ssize_t)(c[n - 1].at + c[n - 1].n) <= S->body_end - 1);
+}
+
 /* The top-level object of one line: validates all of it, notes time, level, msg, message. */
 static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, const rules_t *R, scan_t *out) {
     out->ok = 0;
@@ -770,8 +855,12 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
     const unsigned char *k;
     Py_ssize_t kn;
     span_t msg = {NULL, 0};
+    members_t top = {-1, -1, 0, 0};
     out->level = 0;
     out->level_str.n = 0;
+    out->replace = R->ecs == ECS_REPLACE;
+    out->ncut = 0;
+    out->cut_n = 0;
     P->s++;
     skip_ws(P);
     if (P->s < P->e && *P->s == '}')
@@ -783,6 +872,7 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
             if (R->keys[i].n == kn && (kn == 0 || R->keys[i].p[0] == k[0]) && memcmp(R->keys[i].p, k, (size_t)kn) == 0)
                 return;  /* a key shipper adds (or one of the input's fields): the fallback merges */
         const unsigned char *vs = P->s;
+        int removed = 0;
         if (key_is(k, kn, "time", 4)) {
             if (*vs == '-' || (*vs >= '0' && *vs <= '9')) {
                 if (!parse_number(P, &is_int, &v))
@@ -811,9 +901,12 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
                 return;
             }
         } else if (R->ecs && (f = top_key(k, kn, &roots)) >= 0) {
-            if (f < NFIELDS ? !take_source(P, 2, f, data, out)
-                : *vs == '{' ? !take_members(P, 2, f - NFIELDS, data, out) : !parse_value(P, 2))
+            uint32_t before = out->found;
+            int r = f < NFIELDS ? take_source(P, 2, f, data, out)
+                : *vs == '{' ? take_members(P, 2, f - NFIELDS, data, out) : parse_value(P, 2);
+            if (!r)
                 return;
+            removed = f < NFIELDS ? out->found != before : r == 2;
         } else {
             if (!parse_value(P, 2))
                 return;
@@ -826,6 +919,8 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
                 has_message = 1;
             }
         }
+        if (out->replace && !member_done(&top, out, (k - 1) - data, P->s - data, removed))
+            return;
     } while ((more = after_item(P, '}')) == 1);
     if (more != 2)
         return;
@@ -834,8 +929,6 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
     if (P->s != P->e || !have_time)
         return;
     if (out->found) {
-        if (R->ecs == ECS_REPLACE)
-            return;   /* the fallback removes what it maps */
         unsigned need = 0;
         for (int i = 0; i < NFIELDS; i++)
             if (out->found >> i & 1)
@@ -845,6 +938,8 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
         out_t sized = {NULL, 0};
         write_ecs(&sized, out, data);
         out->ecs_n = sized.n;
+        if (out->ncut && !sort_cuts(out))
+            return;
     }
     if (has_message)
         msg.n = 0;
@@ -1156,7 +1251,7 @@ static Py_ssize_t pair_size(const emit_t *E, const scan_t *S, long long start, P
     int sb_n = fmt_uint(sb, start);
     Py_ssize_t lv_n;
     level_text(S, &lv_n);
-    Py_ssize_t body_n = S->body_end - 1;  /* the line from after its '{' to its '}' */
+    Py_ssize_t body_n = S->body_end - 1 - S->cut_n;  /* the line from after its '{' to its '}', but the cuts */
     Py_ssize_t size = PyBytes_GET_SIZE(hd) + E->inc_n + sb_n + TS_LEN + E->mid_n + sb_n + lv_n + E->host_n + 1
         + E->tail_n + body_n + 1;
     if (S->found) {
@@ -1210,7 +1305,12 @@ static char *write_pair(const emit_t *E, const scan_t *S, const unsigned char *d
         w = put(w, S->msg.p, S->msg.n);
     }
     w = put(w, E->tail, E->tail_n);
-    w = put(w, data + 1, S->body_end - 1);
+    Py_ssize_t at = 1;
+    for (int i = 0; i < S->ncut; i++) {
+        w = put(w, data + at, S->cut[i].at - at);
+        at = S->cut[i].at + S->cut[i].n;
+    }
+    w = put(w, data + at, S->body_end - at);
     *w++ = '\n';
     return w;
 }

@@ -242,14 +242,17 @@ def test_journald_and_container_messages_get_the_fields_too() -> None:
     assert d["pid"] == 22626 and d["host"]["hostname"] == "vm"
 
 
-def test_the_c_path_takes_the_usual_pino_http_line() -> None:
-    """Lines of the benchmark's kind (bench/gen.py) are mapped in C, not handed to Python."""
+@pytest.mark.parametrize("mode", ["add", "replace"])
+def test_the_c_path_takes_the_usual_pino_http_line(mode: str) -> None:
+    """Lines of the benchmark's kind (bench/gen.py) and the real ones are mapped in C (with
+    `replace`, the originals cut out of the line's bytes), not handed to Python, and give the
+    reference's documents."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from gen import PinoGenerator
     lines = [ln.encode() for ln in PinoGenerator().batch(300)] + LINES
     handed: list[int] = []
-    b = builder()
+    b = builder(ecs=mode)
     b._native = c_function("splice")
     orig = b._build_general
 
@@ -262,6 +265,10 @@ def test_the_c_path_takes_the_usual_pino_http_line() -> None:
     b.build("0123456789ab", PATH, [(i, i + 1, ln, 0) for i, ln in enumerate(lines)], NOW, out)
     assert handed == [] and len(out) == len(lines)
     assert all(b'"process":{"pid":' in p for p in out)
+    full: list[bytes] = []
+    b.build_reserialised("0123456789ab", PATH, [(i, i + 1, ln, 0) for i, ln in enumerate(lines)], NOW, full)
+    assert [json.loads(p.split(b"\n")[1], object_pairs_hook=_unique) for p in out] == \
+        [json.loads(p.split(b"\n")[1]) for p in full]
 
 
 # ---------------------------------------------------------------- the C path equals the reference
