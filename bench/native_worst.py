@@ -98,7 +98,7 @@ def best(fn: Callable[[], object], repeat: int) -> float:
 
 def handed_over(b: DocBuilder, events: list[tuple[int, int, bytes, int]]) -> int:
     """How many of `events` the C path hands to the Python one."""
-    general = b._build_general
+    general = b.build_general
     calls = 0
 
     def counting(*args: object) -> int:
@@ -106,11 +106,11 @@ def handed_over(b: DocBuilder, events: list[tuple[int, int, bytes, int]]) -> int
         calls += 1
         return general(*args)  # type: ignore[arg-type]
 
-    b._build_general = counting  # type: ignore[method-assign, assignment]
+    b.build_general = counting  # type: ignore[method-assign, assignment]
     try:
         b.build("inc", "/x/a.log", events, NOW, [])
     finally:
-        del b._build_general
+        del b.build_general
     return calls
 
 
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bytes", type=int, default=1024 * 1024, help="size of the crafted lines")
     args = ap.parse_args(argv)
     b = DocBuilder(InputConfig(paths=("/x/*.log",), index="app"), "logs", "h")
-    native = b._native
+    native = b.splice
     if native is None:
         print("the C path is off (not built, or SHIPPER_PURE_PYTHON set): nothing to compare", file=sys.stderr)
         return 1
@@ -133,20 +133,20 @@ def main(argv: list[str] | None = None) -> int:
 
         def run_c() -> None:
             out.clear()
-            b._native = native
+            b.splice = native
             b.build("inc", "/x/a.log", events, NOW, out)
 
         def run_py() -> None:
-            b._native = None
+            b.splice = None
             b.build("inc", "/x/a.log", events, NOW, [])
 
         c = best(run_c, args.repeat) / reps
         py = best(run_py, args.repeat) / reps
-        b._native = native
+        b.splice = native
         took = handed_over(b, events[:1]) == 0
         worst = max(worst, c / py) if len(line) >= 4096 else worst
         print(f"{name:36} {len(line):9d} {c * 1e6:10.1f} {py * 1e6:10.1f} {c / py:6.2f}  {'yes' if took else 'no'}")
-    b._native = native
+    b.splice = native
     print(f"worst C/Python ratio over the crafted lines: {worst:.2f}")
     return 0
 

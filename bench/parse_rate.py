@@ -24,7 +24,8 @@ from pathlib import Path
 
 from shipper.config import InputConfig
 from shipper.model import Line
-from shipper.parse.container import ContainerEvent, ContainerJoiner, is_container_record, physical_max_line_bytes
+from shipper.parse.container import ContainerEvent, is_container_record, physical_max_line_bytes
+from shipper.parse.container_join import ContainerJoiner
 from shipper.parse.document import DocBuilder
 from shipper.parse.multiline import MultilineAggregator
 from shipper.parse.regex import RegexParser

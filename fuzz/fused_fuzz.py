@@ -48,7 +48,7 @@ INC = "0123456789ab"
 
 def _builder(cfg: dict[str, Any]) -> DocBuilder:
     b = DocBuilder(InputConfig(paths=("/var/log/app/*.log",), **cfg), "logs-%Y.%m.%d", 'web-1 "ü"')
-    b._native, b._split_splice = SPLICE, FUSED
+    b.splice, b.split_splice = SPLICE, FUSED
     return b
 
 

@@ -69,16 +69,16 @@ def _parse(doc: bytes) -> tuple[Any, Any]:
 
 def _build(b: DocBuilder, how: str, events: list[tuple[int, int, bytes, int]]) -> list[bytes]:
     out: list[bytes] = []
-    saved = b._native
+    saved = b.splice
     if how == "c":
-        b._native = SPLICE if saved is not None else None
+        b.splice = SPLICE if saved is not None else None
     elif how == "python":
-        b._native = None
+        b.splice = None
     try:
         n = b.build_reserialised("0123456789ab", PATH, events, NOW, out) if how == "full" \
             else b.build("0123456789ab", PATH, events, NOW, out)
     finally:
-        b._native = saved
+        b.splice = saved
     assert n == sum(map(len, out)), (how, n)
     return out
 

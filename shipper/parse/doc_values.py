@@ -5,18 +5,27 @@ No builder state here; `document.py` builds with them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from shipper.parse.timeparse import parse_timestamp
 
 LEVEL_NAMES = {10: "trace", 20: "debug", 30: "info", 40: "warn", 50: "error", 60: "fatal"}
-_LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`
+LEVEL_BYTES = {k: b',"level":"' + v.encode() + b'"}' for k, v in LEVEL_NAMES.items()}   # closes `log`
 # pino's `time` in epoch ms, within which integer arithmetic gives exactly what format_timestamp
 # (float seconds) gives: 1973-03-03 .. 2109-05-15 (beyond 2**42 ms float rounding may differ)
-_FAST_MS_MIN = 100_000_000_001
-_FAST_MS_MAX = 2 ** 42
-_MS_TEXT = tuple(b".%03dZ\"" % i for i in range(1000))
+FAST_MS_MIN = 100_000_000_001
+FAST_MS_MAX = 2 ** 42
+MS_TEXT = tuple(b".%03dZ\"" % i for i in range(1000))
+
+
+_FIELD_REF_RE = re.compile(r"\{([^{}|]+)(?:\|[^{}]*)?\}")
+
+
+def index_field_refs(pattern: str) -> list[str]:
+    """The fields an index pattern names (`logs-{service.name|none}` -> ["service.name"])."""
+    return [m.group(1).strip() for m in _FIELD_REF_RE.finditer(pattern)]
 
 
 def doc_id(incarnation: str, offset: int) -> str:
@@ -24,14 +33,14 @@ def doc_id(incarnation: str, offset: int) -> str:
     return f"{incarnation}-{offset}"
 
 
-_MAX_EPOCH_S = 253402300800.0   # 10000-01-01: past it no ISO 8601 @timestamp (nor index date) exists
+MAX_EPOCH_S = 253402300800.0   # 10000-01-01: past it no ISO 8601 @timestamp (nor index date) exists
 
 
-def _usable(t: float | None) -> bool:
-    return t is not None and 0.0 <= t < _MAX_EPOCH_S
+def usable(t: float | None) -> bool:
+    return t is not None and 0.0 <= t < MAX_EPOCH_S
 
 
-def _epoch(value: Any, now: float, tz: str) -> float | None:
+def epoch(value: Any, now: float, tz: str) -> float | None:
     """Epoch seconds from a JSON time value: a number (ms when it is too large for seconds) or a
     text in a known layout; None when unusable (unparseable, or outside years 1970..9999)."""
     if isinstance(value, bool):
@@ -43,42 +52,42 @@ def _epoch(value: Any, now: float, tz: str) -> float | None:
         t = parse_timestamp(value, now, tz)
     else:
         return None
-    return t if _usable(t) else None
+    return t if usable(t) else None
 
 
-def _event_time(doc: dict[str, Any], now: float, tz: str) -> float:
+def event_time(doc: dict[str, Any], now: float, tz: str) -> float:
     """Epoch seconds of the event: an existing `@timestamp`, pino's `time` (epoch ms) or bunyan's
     (ISO), `timestamp`; the first usable one wins, else `now` (the time it was read)."""
     for key in ("@timestamp", "time", "timestamp"):
         value = doc.get(key)
         if value is not None:
-            t = _epoch(value, now, tz)
+            t = epoch(value, now, tz)
             if t is not None:
                 return t
     return now
 
 
-def _copy_json(value: Any) -> Any:
+def copy_json(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
+        return {k: copy_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy_json(v) for v in value]
+        return [copy_json(v) for v in value]
     return value
 
 
-def _merge(doc: dict[str, Any], extra: dict[str, Any]) -> None:
+def merge(doc: dict[str, Any], extra: dict[str, Any]) -> None:
     """Deep-merge `extra` (the input's fields) into doc: objects merge, anything else replaces.
     Inserted objects are copies, so later changes to one document never reach the config."""
     for k, v in extra.items():
         if isinstance(v, dict):
             cur = doc.get(k)
             if isinstance(cur, dict):
-                _merge(cur, v)
+                merge(cur, v)
                 continue
-        doc[k] = _copy_json(v)
+        doc[k] = copy_json(v)
 
 
-def _add_absent(doc: dict[str, Any], added: dict[str, Any]) -> None:
+def add_absent(doc: dict[str, Any], added: dict[str, Any]) -> None:
     """Merge `added` (a source's own fields) where the document has nothing: objects merge, a
     value the line already has is kept; a non-object where an object goes is kept as `original`.
     `added`'s objects go into the document as they are (a source makes them fresh per event)."""
@@ -88,7 +97,7 @@ def _add_absent(doc: dict[str, Any], added: dict[str, Any]) -> None:
             if cur is None:
                 doc[k] = v
             elif type(cur) is dict:
-                _add_absent(cur, v)
+                add_absent(cur, v)
             else:
                 v.setdefault("original", cur)
                 doc[k] = v

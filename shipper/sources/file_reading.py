@@ -24,13 +24,8 @@ from shipper.clock import Clock
 from shipper.config import Config
 from shipper.events import Events
 from shipper.model import Checkpoint, Line, SplitBuild
-from shipper.parse.container import (
-    ContainerEvent,
-    ContainerFormat,
-    ContainerJoiner,
-    is_container_record,
-    physical_max_line_bytes,
-)
+from shipper.parse.container import ContainerEvent, ContainerFormat, is_container_record, physical_max_line_bytes
+from shipper.parse.container_join import ContainerJoiner
 from shipper.parse.document import DocBuilder
 from shipper.parse.multiline import MultilineAggregator
 from shipper.sources.base import Drafts, DropCounter, Progress, Room, input_label

@@ -15,7 +15,7 @@ import orjson
 
 from shipper.config import MultilineConfig
 from shipper.model import Checkpoint
-from shipper.parse.container import ContainerJoiner
+from shipper.parse.container_join import ContainerJoiner
 from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
 from tests.support.container_writer import RuntimeLog, cri_pieces, docker_pieces, interleave, ticks

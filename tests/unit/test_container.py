@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_TRUNCATED, Line
 from shipper.parse.container import (
     ContainerEvent,
-    ContainerJoiner,
     decode_cri,
     decode_docker,
     parse_rfc3339,
-    path_metadata,
     physical_max_line_bytes,
 )
+from shipper.parse.container_doc import path_metadata
+from shipper.parse.container_join import ContainerJoiner
 from shipper.tail.lines import LineSplitter
 from tests.support.container_writer import cri_pieces, cri_record, docker_pieces, docker_record, interleave, ticks
 

@@ -119,7 +119,7 @@ def build_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 def test_data_stream_action_lines_on_both_paths(build_path: str) -> None:
     c = load_config_text("inputs: [{paths: ['/a.log']}]\n" + ES_ + "    data_stream: {dataset: myapp}\n")
     b = DocBuilder(c.inputs[0], c.output.index, "h")
-    assert (b._native is not None) == (build_path == "native")       # the fast case stays fast
+    assert (b.splice is not None) == (build_path == "native")       # the fast case stays fast
     lines = [b'{"level":30,"time":1790000000123,"msg":"pino","seq":1}', b"plain text", b'{"msg":"no time"}']
     events = [(i * 100, i * 100 + len(ln) + 1, ln, 0) for i, ln in enumerate(lines)]
     out: list[bytes] = []

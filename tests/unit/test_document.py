@@ -132,7 +132,7 @@ def test_input_fields_are_added_deep_merged_and_cannot_drop_what_spec_adds() -> 
     assert d1["host"] == {"zone": "a", "name": "web-1"}
     d1["service"]["name"] = "changed by a later stage"
     assert d2["service"] == {"name": "api"} and d2["log"]["offset"] == 10    # no shared objects
-    assert b.fields["service"] == {"name": "api"}
+    assert b.shaper.fields["service"] == {"name": "api"}
 
 
 # ---------------------------------------------------------------- text and bad input

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from shipper.config import InputConfig
 from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_TRUNCATED
 from shipper.parse import document
-from shipper.parse.container import ContainerEvent, ContainerJoiner
+from shipper.parse.container import ContainerEvent
+from shipper.parse.container_join import ContainerJoiner
 from shipper.parse.document import DocBuilder
 from shipper.tail.lines import LineSplitter
 from tests.support.container_writer import cri_record, docker_pieces, docker_record

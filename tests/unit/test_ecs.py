@@ -40,7 +40,7 @@ def docs(lines: list[bytes], path: str = "python", **inp: Any) -> list[dict[str,
     """The documents of `lines` built by one path: `c` (the C splice), `python` (the Python
     splice), `full` (parse, apply_ecs, one serialisation: the reference)."""
     b = builder(**inp)
-    b._native = c_function("splice") if path == "c" else None
+    b.splice = c_function("splice") if path == "c" else None
     out: list[bytes] = []
     events = [(i * 1000, i * 1000 + len(ln) + 1, ln, 0) for i, ln in enumerate(lines)]
     if path == "full":
@@ -253,14 +253,14 @@ def test_the_c_path_takes_the_usual_pino_http_line(mode: str) -> None:
     lines = [ln.encode() for ln in PinoGenerator().batch(300)] + LINES
     handed: list[int] = []
     b = builder(ecs=mode)
-    b._native = c_function("splice")
-    orig = b._build_general
+    b.splice = c_function("splice")
+    orig = b.build_general
 
     def counting(inc: str, path: str, events: Any, now: float, out: list[bytes]) -> int:
         handed.extend(ev[0] for ev in events)
         return orig(inc, path, events, now, out)
 
-    b._build_general = counting  # type: ignore[method-assign,assignment]
+    b.build_general = counting  # type: ignore[method-assign,assignment]
     out: list[bytes] = []
     b.build("0123456789ab", PATH, [(i, i + 1, ln, 0) for i, ln in enumerate(lines)], NOW, out)
     assert handed == [] and len(out) == len(lines)
@@ -338,7 +338,7 @@ def test_every_pino_http_line_is_taken_by_c_and_equals_the_reference(req: dict[s
 def test_document_module_passes_the_mode_to_c() -> None:
     assert document._ECS_CODE == {"off": 0, "add": 1, "replace": 2}
     b = builder(fields={"service": {"name": "api"}, "event": "x", "env": "prod"})
-    assert b.ecs_fixed == {"service", "event"} and b._ecs_arg == (1, 1 << 6 | 1 << 11)
+    assert b.shaper.ecs_fixed == {"service", "event"} and b.pairs.ecs_arg == (1, 1 << 6 | 1 << 11)
 
 
 @pytest.mark.parametrize("fields", [{"service": {"name": "api", "env": "prod"}}, {"event": "x", "http": {"v": 1}},

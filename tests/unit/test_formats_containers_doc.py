@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from shipper.config import InputConfig
-from shipper.parse.container import ContainerEvent, ContainerJoiner, physical_max_line_bytes
+from shipper.parse.container import ContainerEvent, physical_max_line_bytes
+from shipper.parse.container_join import ContainerJoiner
 from shipper.parse.document import DocBuilder
 from shipper.tail.lines import LineSplitter
 

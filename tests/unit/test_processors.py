@@ -139,7 +139,7 @@ def test_redacting_a_source_removes_its_ecs_copies() -> None:
 def _build(inp: dict[str, Any], lines: list[bytes], now: float = 0.0, native: bool = True) -> tuple[DocBuilder, list[Any]]:
     b = DocBuilder(InputConfig(paths=("/x/*.log",), **inp), "logs", "h")
     if not native:
-        b._native = None
+        b.splice = None
     out: list[bytes] = []
     n = b.build("0123456789ab", "/x/a.log", [(i * 100, i * 100 + 1, ln, 0) for i, ln in enumerate(lines)], now, out)
     assert n == sum(map(len, out))

@@ -312,7 +312,7 @@ def test_random_json_spliced_equals_reserialised(obj: dict[str, Any], style: int
 
 def test_a_static_index_has_a_constant_action_prefix_and_a_pattern_does_not() -> None:
     static, dated = builder(index="app-logs"), builder(index="app-%Y")
-    assert static._static_prefix is not None and dated._static_prefix is None
+    assert static.pairs.static_prefix is not None and dated.pairs.static_prefix is None
     line = b'{"level":30,"time":1790000000123,"msg":"x"}'
     fast, slow = both(static, _events([line, b"text", line]))
     assert_same(fast, slow)

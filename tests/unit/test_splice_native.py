@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from shipper import native
 from shipper.config import InputConfig
-from shipper.parse.doc_values import _FAST_MS_MAX, _FAST_MS_MIN
+from shipper.parse.doc_values import FAST_MS_MAX, FAST_MS_MIN
 from shipper.parse.document import DocBuilder
 
 splice: Any = getattr(native.module, "splice", None)   # None: not built, test_splice.py says so as a failure; Any: called with wrong arguments on purpose
@@ -42,7 +42,7 @@ def run(lines: list[bytes], *, head: bytes | None = HEAD, tail: bytes = b",",
     def prefix_for(sec: int) -> bytes:
         return b'{"create":{"_index":"s%d","_id":"' % sec
 
-    n = splice(events, out, head, prefix_for, b"inc-", MID, HOST, tail, reserved, fallback, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
+    n = splice(events, out, head, prefix_for, b"inc-", MID, HOST, tail, reserved, fallback, FAST_MS_MIN, FAST_MS_MAX, (0, 0))
     assert n == sum(map(len, out))
     return out, handed
 
@@ -111,7 +111,7 @@ def test_an_index_named_by_time_asks_for_the_action_once_per_second() -> None:
     lines = [b'{"time":%d}' % ms for ms in (1790000000001, 1790000000999, 1790000001000, 1790000001500)]
     out: list[bytes] = []
     splice([(0, 1, ln, 0) for ln in lines], out, None, prefix_for, b"i-", MID, HOST, b",", RESERVED,
-           lambda ev: 0, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
+           lambda ev: 0, FAST_MS_MIN, FAST_MS_MAX, (0, 0))
     assert calls == [1790000000, 1790000001]
     assert [p.split(b'"')[5] for p in out] == [b"s1790000000"] * 2 + [b"s1790000001"] * 2
 
@@ -121,10 +121,10 @@ def test_errors_from_python_propagate() -> None:
         raise TypeError("from the fallback")
 
     with pytest.raises(TypeError, match="from the fallback"):
-        splice([(0, 1, b"text", 0)], [], HEAD, None, b"i-", MID, HOST, b",", RESERVED, boom, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
+        splice([(0, 1, b"text", 0)], [], HEAD, None, b"i-", MID, HOST, b",", RESERVED, boom, FAST_MS_MIN, FAST_MS_MAX, (0, 0))
     with pytest.raises(TypeError, match="prefix_for"):
         splice([(0, 1, PINO, 0)], [], None, lambda s: "str", b"i-", MID, HOST, b",", RESERVED, boom,
-               _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
+               FAST_MS_MIN, FAST_MS_MAX, (0, 0))
 
 
 # ---------------------------------------------------------------- mutations of real lines
@@ -136,7 +136,7 @@ _LINES = [PINO,
 
 def _builder() -> DocBuilder:
     b = DocBuilder(InputConfig(paths=("/x/*.log",), index="app"), "logs", "h")
-    b._native = splice            # the fast path under test, even with SHIPPER_PURE_PYTHON set
+    b.splice = splice            # the fast path under test, even with SHIPPER_PURE_PYTHON set
     return b
 
 
@@ -218,7 +218,7 @@ def test_a_fallback_that_empties_the_events_list_changes_nothing() -> None:
         return 0
 
     out: list[bytes] = []
-    splice(events, out, HEAD, None, b"i-", MID, HOST, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
+    splice(events, out, HEAD, None, b"i-", MID, HOST, b",", RESERVED, fallback, FAST_MS_MIN, FAST_MS_MAX, (0, 0))
     assert len(out) == 2 and out[1].endswith(PINO[1:] + b"\n") and b'"_id":"i-200"' in out[1]
 
 
@@ -257,10 +257,10 @@ def test_crafted_keys_cost_no_more_than_the_python_path(line: bytes) -> None:
     fast: list[bytes] = []
     def build_fast() -> None:
         fast.clear()
-        b._build_native("inc", "/x/a.log", events, 1_790_000_000.0, fast)
+        b.build_native("inc", "/x/a.log", events, 1_790_000_000.0, fast)
 
     c = _best_of(build_fast)
-    py = _best_of(lambda: b._build_general("inc", "/x/a.log", events, 1_790_000_000.0, []))
+    py = _best_of(lambda: b.build_general("inc", "/x/a.log", events, 1_790_000_000.0, []))
     assert fast[0].endswith(line[1:] + b"\n")              # taken: no duplicate among them
     assert c < 2 * py, (c, py)
 
@@ -353,7 +353,7 @@ def test_time_is_clamped_to_a_4_digit_year_whatever_ms_max(ms_max: int) -> None:
         return 0
 
     splice([(i, i + 1, ln, 0) for i, ln in enumerate(lines)], out, HEAD, None, b"i-", MID, HOST, b",", RESERVED,
-           fallback, _FAST_MS_MIN, ms_max, (0, 0))
+           fallback, FAST_MS_MIN, ms_max, (0, 0))
     if ms_max > last:
         assert handed == [1, 2]
         assert b'{"@timestamp":"9999-12-31T23:59:59.999Z",' in out[0]
@@ -374,7 +374,7 @@ def test_huge_flags_and_offsets_are_handed_over_without_an_error() -> None:
         handed.append(ev[0])
         return 0
 
-    splice(events, out, HEAD, None, b"i-", MID, HOST, b",", RESERVED, fallback, _FAST_MS_MIN, _FAST_MS_MAX, (0, 0))
+    splice(events, out, HEAD, None, b"i-", MID, HOST, b",", RESERVED, fallback, FAST_MS_MIN, FAST_MS_MAX, (0, 0))
     assert handed == [0, 2**63, -1, 2**64 + 7] and len(out) == 1 and b'"_id":"i-5"' in out[0]
 
 

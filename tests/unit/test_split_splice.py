@@ -53,8 +53,8 @@ _piece = st.one_of(
 
 def _builder(cfg: dict[str, Any]) -> DocBuilder:
     b = DocBuilder(InputConfig(paths=("/var/log/app/*.log",), **cfg), "logs-%Y.%m.%d", 'web-1 "ü"')
-    b._native = c_function("splice")                     # the C paths under test, even with SHIPPER_PURE_PYTHON
-    b._split_splice = c_function("split_splice")
+    b.splice = c_function("splice")                     # the C paths under test, even with SHIPPER_PURE_PYTHON
+    b.split_splice = c_function("split_splice")
     return b
 
 
