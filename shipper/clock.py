@@ -1,4 +1,5 @@
-"""The pipeline's only source of time and sleep. Tests inject a fake clock."""
+"""The only reader of the time and the only sleeper: `Clock` (monotonic and wall time, sleeps,
+coalesced idle waits), `SystemClock` for the daemon; tests inject tests/support/fake_clock.py's."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class SystemClock:
 
     async def wait(self, event: asyncio.Event, timeout_s: float, coalesce: bool = False) -> bool:
         """event.wait() for at most timeout_s; True if it was set. A timer on the waiting task, where
-        asyncio.wait_for (3.11) also makes a Task and a waiter future per call: ~1,000 waits/s here.
+        asyncio.wait_for (3.11) also makes a Task and a waiter future per call (the reader waits often).
         `coalesce` (an idle wait): a timeout of COALESCE_MIN_S or more ends on a whole tick (`idle_tick`)."""
         if event.is_set():
             return True

@@ -1,9 +1,6 @@
 """The values under the config loader: sizes, durations, `${ENV}`, cloud ids, fingerprints, and the
-YAML walkers that give every error its dotted key, file and line (`Lines`, `Section`).
-
-Pure: no file is read here. `shipper.config` builds its dataclasses on these and re-exports the
-public parsers, so `from shipper.config import parse_size` keeps working.
-"""
+YAML walkers that give every error its dotted key, file and line (`Lines`, `Section`). Pure: no
+file is read here; config.py builds its dataclasses on these and re-exports the public parsers."""
 
 from __future__ import annotations
 

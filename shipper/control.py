@@ -1,13 +1,6 @@
-"""Dead-letter requests to a running daemon: files in state_dir, left by `shipper dlq` and claimed
-by the daemon. Owns only the file protocol; the daemon's spool thread does the work.
-
-`shipper dlq replay|purge` must not write the spool beside the daemon (its in-memory queue would
-not know the new batches), so it leaves a request file; the daemon claims it by renaming it,
-acts through its own spool and writes the answer. A claimed request that a crash interrupted is
-acted on at the next start (replay and purge are idempotent). File names and contents are the
-ones earlier versions used, so a command and a daemon of different versions still understand
-each other.
-"""
+"""Dead-letter requests to a running daemon: the file protocol between `shipper dlq` (which leaves a
+request in state_dir) and the daemon (which claims it, acts through its own spool and answers).
+Owns only the files; the daemon's spool thread does the work."""
 
 from __future__ import annotations
 
@@ -47,6 +40,12 @@ def _read(path: str) -> str:
     return got.decode("utf-8", "replace")
 
 
+# `shipper dlq replay|purge` must not write the spool beside the daemon (its in-memory queue would
+# not know the new batches), so it leaves a request file; the daemon claims it by renaming it, acts
+# through its own spool and writes the answer. A claimed request that a crash interrupted is acted
+# on at the next start (replay and purge are idempotent). File names and contents are the ones
+# earlier versions used, so a command and a daemon of different versions still understand each
+# other.
 def dlq_request(state_dir: str, action: DlqAction, nonce: str) -> None:
     """Leave a request for the daemon."""
     _write_atomically(os.path.join(state_dir, DLQ_REQUEST), f"{action} {nonce}\n")

@@ -1,9 +1,6 @@
-"""The sender workers: outbox -> `ship.Sender` (bulk requests until every document is acked or
-dead-lettered) -> the ack in the spool, which drops the batch.
-
-`max_in_flight` workers run; ship/sender.py decides how many may post at once. A batch whose body
-is not cached is read from the spool first. Nothing leaves the queue before Elasticsearch acked it.
-"""
+"""The sender workers: outbox -> ship.Sender (bulk requests until every document is acked or
+dead-lettered) -> the ack in the spool, which drops the batch. `max_in_flight` workers run; a
+batch whose body is not cached is read from the spool first. Nothing leaves before it is acked."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""The daemon's own HTTP endpoint: GET /metrics, /health and /status on `metrics.listen`.
-
-By hand on asyncio streams rather than aiohttp.web (measured, issue 14): importing aiohttp.web
-cost 100-200 ms of CPU at every start and 10.5 MiB of RSS, for three GET routes scraped every
-few seconds. What is here: HTTP/1.0 and 1.1 GET and HEAD, keep-alive, 404/405/400 answers, and
-`cleanup()` to stop. The handlers are the callables the service hands in. Bounded, so that a
-slow, hostile or too eager client cannot hold memory, tasks or descriptors the shipping needs
-(SPEC, Trust boundaries): a request head of 8 KiB within 10 s (the first within 10 s of the
-connection), a kept-alive connection idle for 30 s closed, at most 64 connections at once (more
-wait in the kernel's accept queue, holding no descriptor of ours), and when descriptors run out
-(EMFILE) accepting pauses for a second, logged at most once a minute.
-"""
+"""The daemon's own HTTP endpoint, by hand on asyncio sockets (docs/development.md says why): GET
+and HEAD of /metrics, /health and /status on `metrics.listen`, HTTP/1.0 and 1.1 keep-alive, bounded
+so a slow or hostile client cannot hold what the shipping needs (SPEC, Trust boundaries)."""
 
 from __future__ import annotations
 
@@ -44,7 +35,14 @@ Route = Callable[[str | None], tuple[int, bytes, str]]
 
 
 class Endpoint:
-    """A running endpoint; `await cleanup()` closes the listening sockets and open connections."""
+    """A running endpoint; `await cleanup()` closes the listening sockets and open connections.
+
+    The bounds: a request head of 8 KiB within 10 s (the first within 10 s of the connection), a
+    kept-alive connection idle for 30 s closed, at most 64 connections at once (more wait in the
+    kernel's accept queue, holding no descriptor of ours), and when descriptors run out (EMFILE)
+    accepting pauses for a second, logged at most once a minute. The handlers are the callables
+    the service hands in.
+    """
 
     def __init__(self, routes: dict[str, Route], head_timeout_s: float = HEAD_TIMEOUT_S,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,

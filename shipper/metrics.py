@@ -1,10 +1,6 @@
-"""Telemetry: the metric families (HELP, one line each), their counters, gauges and histograms
-as plain dicts updated on the event loop, rendered at scrape time by prometheus_client (text 0.0.4
-or OpenMetrics, negotiated on Accept; process_* from its ProcessCollector; a private registry per
-`Metrics`), and the /metrics, /health and /status HTTP server. `TelemetryEvents` turns pipeline
-occurrences into log lines and metric updates; `monitor.py` watches a running pipeline. Pure
-modules never import this one.
-"""
+"""Telemetry: the metric families (HELP), counters, gauges and histograms as dicts updated on the
+loop and rendered at scrape time by prometheus_client; `TelemetryEvents`, the real Events (log lines
+and metric updates); `serve_metrics`. Pure modules never import this one; monitor.py watches."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Values that flow through the pipeline. Imports no other shipper module.
-
-Hot-path values are plain tuples (a million lines a second cannot afford an object each):
-a `Line` is `(start, end, data, flags)`: byte offsets of the line in its file (end is just past
-the newline), the line's bytes without the newline, and a bitmask of `FLAG_*`.
-An event (one line, or a multiline group) has the same shape; its offset is its first line's.
-"""
+"""Values that flow through the pipeline: lines, checkpoints, drafts, batches' metadata, send
+attempts, status rows. Imports no other shipper module. Hot-path values are plain tuples: a `Line`
+is (start, end, data, flags), byte offsets in its file (end past the newline), the bytes, FLAG_* bits."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The C fast paths (`shipper/_native.c`): each name is None when the module was not built (no
-compiler at install) or when SHIPPER_PURE_PYTHON=1 is set (to rule them out, or to compare), and
-the pure-Python code that stays the reference runs instead.
-
-SHIPPER_NATIVE_MODULE=/path/to/_native.so loads the module from that file instead of the
-package (the AddressSanitizer build of `.ci/run` and fuzz/; see fuzz/README.md).
-"""
+"""The C fast paths (shipper/_native.c), typed: each name is None when the module was not built or
+SHIPPER_PURE_PYTHON=1 is set, and the pure-Python reference runs instead. SHIPPER_NATIVE_MODULE=path
+loads the module from that file (the sanitizer build of fuzz/ci.sh; fuzz/README.md)."""
 
 from __future__ import annotations
 

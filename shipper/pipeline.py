@@ -1,12 +1,6 @@
-"""The running pipeline: sources -> draft -> draft writer -> spool -> outbox -> senders; and the reader loop.
-
-Composition only, plus the one loop that reads. Reading, committing and sending overlap: while
-one draft is written on the spool thread the loop keeps reading into the next, and a batch goes
-out as soon as a request slot is free, but when caught up at most one partial draft per
-`flush_min_interval` (40 ms). `flush_interval` only bounds how long a partial draft waits while
-every slot is busy. Lifecycle: `start()` (returns when every input is open), `stop(timeout_s)`,
-`snapshot()`; the background tasks run in one TaskGroup, so a task that dies stops them all.
-"""
+"""The running pipeline: sources -> draft -> draft writer -> spool -> outbox -> senders, composed, and
+the one loop that reads. Reading, committing and sending overlap; `start()` returns when every input
+is open, `stop(timeout_s)` hands over the last lines; a task that dies stops them all (one TaskGroup)."""
 
 from __future__ import annotations
 
@@ -41,6 +35,11 @@ IDLE_POLL_S = 2.0
 
 
 class Pipeline:
+    """While one draft is written on the spool thread the loop keeps reading into the next, and a
+    batch goes out as soon as a request slot is free, but when caught up at most one partial
+    draft per `flush_min_interval`. `flush_interval` only bounds how long a partial draft waits
+    while every slot is busy."""
+
     def __init__(self, cfg: Config, spool: AsyncSpool, contents: SpoolContents, sender: Sender,
                  events: Events, clock: Clock) -> None:
         out = cfg.output

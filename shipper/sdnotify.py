@@ -1,9 +1,6 @@
-"""The systemd notification protocol (sd_notify), spoken directly: READY, STOPPING, WATCHDOG, STATUS.
-
-Messages are datagrams sent to $NOTIFY_SOCKET (a filesystem path, or an abstract socket when it
-starts with '@'). Without that variable every call is a cheap no-op returning False, so
-`service.py` calls these unconditionally; nothing here raises or blocks.
-"""
+"""The systemd notification protocol (sd_notify), spoken directly: READY, RELOADING, STOPPING,
+WATCHDOG, STATUS as datagrams to $NOTIFY_SOCKET (a path, or an abstract socket when it starts with
+'@'). Without that variable every call is a no-op returning False; nothing here raises or blocks."""
 
 from __future__ import annotations
 

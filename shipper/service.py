@@ -42,8 +42,8 @@ STATUS_EVERY_S = 2.0
 # status` trusts one up to 10 s old) by moving its mtime, which `shipper status` takes as its
 # `updated` when newer; it is rewritten when what it says changes, and at most every
 # STATUS_DRIFT_EVERY_S when only the drifting figures moved. So an idle daemon neither creates and
-# renames a file every 2 s nor serialises a row per file every 6 s (issue 14: 14% of what an idle
-# daemon with 1,000 files spent), only one utime.
+# renames a file every 2 s nor serialises a row per file every 6 s (docs/development.md: what an
+# idle daemon with 1,000 files spent on it), only one utime.
 STATUS_SAME_EVERY_S = 6.0
 STATUS_DRIFT_EVERY_S = 60.0
 
@@ -174,7 +174,7 @@ def assemble(cfg: Config, spool: AsyncSpool, contents: SpoolContents, events: Ev
     p.add_source(files)
     for idx, inp in enumerate(cfg.inputs):
         if inp.journald is not None:
-            # imported only for a journald input: ~16 ms of every start otherwise (issue 14)
+            # imported only for a journald input: its imports cost every start otherwise
             from shipper.sources.journald.reader import JournalReaderConfig
             from shipper.sources.journald.source import JournaldSource
             key = JournalReaderConfig.from_input(inp).key

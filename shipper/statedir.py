@@ -1,12 +1,6 @@
-"""The state dir's own files: made private, opened without following links, read as data.
-
-SPEC, Trust boundaries: a state dir shipper creates is 0700 and every file it creates there 0600,
-whatever the umask; no file there is opened through a symbolic link; and `shipper status`, `dlq`
-and `state` run by root on a state dir another user could write act as that user (`as_owner`),
-so that SQLite's own opens (the database, its -wal and -shm, which no flag of Python's sqlite3
-keeps from following links) can reach nothing that user could not. Used by the service, the
-spool, the control files and the commands; owns no format (rows.py, control.py do).
-"""
+"""The state dir's own files: made 0700/0600 whatever the umask, opened without following links, read
+as data; root's commands on a state dir another user could write act as that user (`as_owner`), so
+SQLite's own opens reach nothing that user could not (SPEC, Trust boundaries). Owns no format."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""`shipper dlq list|replay|purge`: the events Elasticsearch rejected for good.
-
-Stopped daemon: the command opens the spool itself (holding the state lock meanwhile). Running
-daemon: replay and purge go through the daemon (a request file it picks up within a few seconds), so
-only the daemon ever writes its spool; list only reads.
-"""
+"""`shipper dlq list|replay|purge`: the events Elasticsearch rejected for good. With no daemon
+running the command opens the spool itself; with one, replay and purge are requests the daemon
+carries out (control.py), so only the daemon writes its spool; list only reads."""
 
 from __future__ import annotations
 

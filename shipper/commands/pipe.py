@@ -1,11 +1,6 @@
-"""`shipper pipe`: stdin through the daemon's parse, durable queue and output, then exit.
-
-Stdin is one stream incarnation with a fresh random id per run; offsets are stream offsets, so a
-re-sent record keeps its `_id`s. Records carry no checkpoint (a stream cannot be resumed), so a
-later `shipper run` with the same state_dir only delivers what is queued. Exit 0: stdin closed and
-everything acknowledged; 1: the output stayed down `--timeout` after stdin closed (the rest stays
-queued); 2: bad usage.
-"""
+"""`shipper pipe`: stdin through the daemon's parse, durable queue and output, then exit: 0 when
+everything was acknowledged, 1 when the output stayed down `--timeout` after stdin closed (the rest
+stays queued), 2 on bad usage. A stream has no checkpoint: a later run delivers only what is queued."""
 
 from __future__ import annotations
 

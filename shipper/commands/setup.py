@@ -1,11 +1,6 @@
-"""`shipper-setup TOKEN GLOB...`: bootstrap a host: config, state dir, service user, init job, start.
-
-The texts (config, systemd unit, Upstart job) are rendered by pure functions; `install` and
-`uninstall` compare them with what is on disk and act only on differences, so a re-run with the
-same arguments changes nothing (setup_install.py; the texts come from setup_render.py).
-Commands and ownership go through a `Host` (setup_host.py): `SystemHost` runs them, `DryRunHost`
-(for --root, i.e. images and tests) only records them. This module is argv, the flow and the summary.
-"""
+"""`shipper-setup TOKEN GLOB...`: bootstrap a host (config, state dir, service user, init job,
+start): argv, the flow and the summary. The texts are setup_render.py's, the acts setup_install.py's,
+the host (real or dry-run) setup_host.py's; a re-run with the same arguments changes nothing."""
 
 from __future__ import annotations
 

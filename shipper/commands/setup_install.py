@@ -1,13 +1,6 @@
 """shipper-setup's acts: bring the host to the state the options describe (`install`) or take the
-service away (`uninstall`), comparing the rendered texts with what is on disk and acting only on
-differences, so a re-run with the same arguments changes nothing. Commands and ownership go
-through a `Host` (setup_host.py).
-
-Ownership of the config: SPEC fixes mode 0600. The daemon runs as the unprivileged user
-`shipper`, so the file is owned by shipper:shipper (root reads it anyway). A 0640 root:shipper
-file would also work but is not what SPEC says; the unit's ProtectSystem=strict keeps the daemon
-from writing its own config despite owning it.
-"""
+service away (`uninstall`), acting only where the rendered texts differ from what is on disk.
+Commands and ownership go through a `Host` (setup_host.py)."""
 
 from __future__ import annotations
 
@@ -176,6 +169,10 @@ def _ensure_service_user(host: Host, state_dir: str, report: Report,
     return user
 
 
+# Ownership of the config: SPEC fixes mode 0600. The daemon runs as the unprivileged user `shipper`,
+# so the file is owned by shipper:shipper (root reads it anyway). A 0640 root:shipper file would
+# also work but is not what SPEC says; the unit's ProtectSystem=strict keeps the daemon from writing
+# its own config despite owning it.
 def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
     """Bring the host to the state `opts` describe. Raises UsageError / SetupError."""
     report = Report()

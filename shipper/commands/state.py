@@ -1,9 +1,6 @@
-"""`shipper state check|repair`: is the state dir sound, and salvage it when it is not.
-
-argv -> spool/salvage.py -> text. check: exit 0 sound, 3 damaged. repair: exit 0 when sound or
-repaired (the daemon starts on it), 3 when it could not be repaired, 1 while a daemon runs on it.
-`render` (pure) says what was found, kept and lost: records by file and offset range.
-"""
+"""`shipper state check|repair`: is the state dir sound, and salvage it when it is not (spool/salvage.py).
+check: exit 0 sound, 3 damaged; repair: 0 when sound or repaired, 3 when it could not be, 1 while a
+daemon runs on it. `render` (pure) says what was found, kept and lost, by file and offset range."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""`shipper status`: per-file progress, queue depth, dead letters, output state and rates.
-
-While a daemon (or `shipper pipe`) holds the state_dir it is asked over its local HTTP endpoint
-(GET /status on metrics.listen), else its status.json (refreshed every 2 s) is read; when it is
-stopped the spool's checkpoints and queue are read read-only. `render` (pure) draws the table.
-"""
+"""`shipper status`: per-file progress, queue depth, dead letters, output state and rates. A running
+daemon (or pipe) is asked over GET /status, else its status.json is read; a stopped one's spool is
+read read-only. `render` (pure) draws the table."""
 
 from __future__ import annotations
 
@@ -30,7 +27,7 @@ from shipper.spool.stopped import read_stopped
 
 STATUS_FRESH_S = 10.0      # a status.json older than this is not trusted as the live state
 ASK_TIMEOUT_S = 2.0
-STATUS_MAX_BYTES = 256 << 20   # status.json of a daemon with 100,000 files is ~40 MB
+STATUS_MAX_BYTES = 256 << 20   # far above what a daemon with 100,000 files writes (docs/development.md)
 
 
 def daemon_running(state_dir: str) -> bool:

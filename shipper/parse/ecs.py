@@ -1,12 +1,6 @@
 """Pure: the Elastic Common Schema fields of a pino, bunyan or pino-http line (SPEC: "ECS fields for
-pino, bunyan and pino-http"), added to a parsed JSON line before the fields enrichment adds.
-
-This file is the reference: `_native.c` maps the same lines on its fast path and hands every line
-it cannot map exactly as `apply_ecs` does to the Python path (tests/unit/test_ecs_native.py holds
-the two equal by hypothesis). Rules: a source of the wrong type is left where it is; a field the
-line already has in its ECS form (nested or with dotted keys) is never overwritten, and nothing is
-put where the line has a value that is not an object (no mapping conflict of our making).
-"""
+pino, bunyan and pino-http"), added to a parsed JSON line before enrichment's. The reference of the
+C mapping in _native.c, which hands every line it cannot map exactly to `apply_ecs`."""
 
 from __future__ import annotations
 
@@ -155,7 +149,13 @@ def apply_ecs(doc: dict[str, Any], mode: EcsMode, taken: dict[str, Any] | None =
     """Add the ECS fields to a parsed JSON line, in place. `replace` then removes each original
     that was copied, and an object (`err`, `req`, `req.headers`, `res`) left empty by that.
     `taken`: fields a source adds after this, which win over the mapping (the journal's `_PID` as
-    process.pid: what the kernel vouches for, not what the line says)."""
+    process.pid: what the kernel vouches for, not what the line says).
+
+    Rules: a source of the wrong type is left where it is; a field the line already has in its
+    ECS form (nested or with dotted keys) is never overwritten, and nothing is put where the
+    line has a value that is not an object (no mapping conflict of our making).
+    tests/unit/test_ecs.py holds the C mapping equal to this one by hypothesis.
+    """
     if mode == "off" or SOURCE_KEYS.isdisjoint(doc):
         return
     copied: list[tuple[str, ...]] = []

@@ -1,9 +1,6 @@
 """Pure index routing: the index name pattern + a doc + its event time -> an index name.
-
-`%Y.%m.%d`-style strftime directives use the event's time in UTC; `{field}` / `{a.b}` take a
-value from the doc (`{field|default}` picks the fallback, else `unknown`). The result is made
-acceptable to Elasticsearch. Called by `document.py` for every doc, so it caches per time bucket.
-"""
+`%Y.%m.%d`-style directives use the event's time in UTC, `{field}` / `{a.b}` a value of the doc
+(`{field|default}` the fallback, else `unknown`); the result is made acceptable to Elasticsearch."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Pure multiline aggregation: lines of one file in, events (Line tuples) out.
-
-Lines come from `tail/lines.py` in file order; completed events go to `document.py`. An event's
-offset is its first line's, so the caller must never checkpoint past `pending_start`.
-Time is passed in (`now`, epoch or monotonic seconds, consistently); nothing here reads a clock.
-
-Rules: a line matching `start` begins an event; any other line joins the pending one (or begins
-one when nothing is pending). Blank lines inside an event are kept, trailing ones are trimmed
-from its text (their bytes still count in its end offset), and a blank line with nothing pending
-is no event. Nothing is ever dropped: an event that reaches `max_lines` (or `max_bytes`) is
-emitted with FLAG_MULTILINE_CAPPED, and the lines after it form the next event, flagged too.
-"""
+"""Pure multiline aggregation: one file's lines in (tail/lines.py, in file order), events (Line
+tuples) out to the builder. An event's offset is its first line's, so the caller never checkpoints
+past `pending_start`. `now` is passed in; nothing here reads a clock."""
 
 from __future__ import annotations
 
@@ -29,6 +20,13 @@ class MultilineAggregator:
     UTF-8 with replacement. For ASCII lines and a pattern that compiles as bytes a bytes copy
     of the regex is used (same answer, faster), except that there `\\s` does not match the
     rarely seen separator controls \\x1c-\\x1f.
+
+    Rules: a line matching `start` begins an event; any other line joins the pending one (or
+    begins one when nothing is pending). Blank lines inside an event are kept, trailing ones are
+    trimmed from its text (their bytes still count in its end offset), and a blank line with
+    nothing pending is no event. Nothing is ever dropped: an event that reaches `max_lines` (or
+    `max_bytes`) is emitted with FLAG_MULTILINE_CAPPED, and the lines after it form the next
+    event, flagged too.
     """
 
     def __init__(self, start: str, max_lines: int = 500, timeout_s: float = 1.0,

@@ -1,15 +1,6 @@
 """Pure regex parsing: a user's pattern with named groups, or the built-ins nginx, apache, syslog.
-
-A line's text goes in, nested fields with ECS names come out (None when the line does not
-match: the caller then ships it as plain text). Never raises on input, never reads the clock.
-Called by `document.py`, which adds `message` (the whole line) when no group gave one.
-
-User patterns: each named group becomes a field. Python forbids dots in group names, so a
-double underscore stands for one: `(?P<http__status>\\d+)` gives `{"http": {"status": "200"}}`.
-Values stay strings. A group `message` replaces the message; a group `timestamp` sets
-`@timestamp` when its text parses (else the raw text is kept in the field `timestamp`).
-The pattern is searched anywhere in the line (anchor it with `^` to match from the start).
-"""
+A line's text in, nested fields with ECS names out (None when it does not match: shipped as plain
+text). Never raises on input, never reads the clock; the shaper adds `message` when no group did."""
 
 from __future__ import annotations
 
@@ -25,7 +16,7 @@ BUILTIN_PATTERNS = ("nginx", "apache", "syslog")
 # Combined log format (nginx's default `combined`, Apache's `%h %l %u %t "%r" %>s %b
 # "%{Referer}i" "%{User-agent}i"`); referrer and user agent are optional so the common log
 # format matches too. Anything after them (nginx setups often append fields) stays in message.
-_QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'  # unrolled: 4x faster than (?:[^"\\]|\\.)*
+_QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'  # unrolled: faster than (?:[^"\\]|\\.)* (docs/development.md)
 _COMBINED_RE = re.compile(
     r"(\S+) \S+ (\S+) \[([^\]]+)\] " + _QUOTED + r" (\d{3}) (\d+|-)"
     r"(?: " + _QUOTED + " " + _QUOTED + ")?")
@@ -59,10 +50,16 @@ _SD_UNESCAPE_RE = re.compile(r'\\(["\\\]])')
 
 
 class RegexParser:
-    """Parses one line's text into nested fields; see the module docstring for the rules.
+    r"""Parses one line's text into nested fields; the rules below.
 
     Raises ValueError at construction for an invalid pattern, one without named groups, or
     group names that would collide (`a` and `a__b`).
+
+    User patterns: each named group becomes a field. Python forbids dots in group names, so a
+    double underscore stands for one: `(?P<http__status>\d+)` gives `{"http": {"status":
+    "200"}}`. Values stay strings. A group `message` replaces the message; a group `timestamp`
+    sets `@timestamp` when its text parses (else the raw text is kept in the field `timestamp`).
+    The pattern is searched anywhere in the line (anchor it with `^` to match from the start).
     """
 
     def __init__(self, pattern: str, tz: str = "local") -> None:

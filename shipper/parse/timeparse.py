@@ -1,9 +1,6 @@
-"""Pure time handling for parsed events: timestamp text -> epoch seconds, epoch -> `@timestamp`.
-
-Understands ISO 8601 / RFC 3339, the common log format and RFC 3164 (no year, no zone); never
-reads the clock (`now` is passed in) and never raises on bad text (returns None instead).
-Callers are the regex/json parsers and `document.py`; results go into `@timestamp`.
-"""
+"""Pure time handling for parsed events: timestamp text -> epoch seconds (ISO 8601 / RFC 3339, the
+common log format, RFC 3164), epoch -> `@timestamp`. Never reads the clock (`now` is passed in) and
+never raises on bad text (None instead)."""
 
 from __future__ import annotations
 

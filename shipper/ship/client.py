@@ -1,12 +1,7 @@
-"""The HTTP side of the output: hosts and their health, auth, TLS, timeouts, one POST per bulk.
-
-Decisions live in ship/bulk.py and ship/backoff.py; this module performs the I/O and reports
-what came back. It never touches files or spool internals. Secrets never reach an error text.
-A `preflight` (the index template, ship/template.py) runs once before the first bulk request.
-The requests go over shipper's own keep-alive HTTP/1.1 connections (ship/http1.py: why there),
-through a forward proxy where one is set (ship/proxy.py), signed with SigV4 for Amazon OpenSearch
-(ship/sigv4.py).
-"""
+"""The HTTP side of the output: hosts and their health, auth, TLS, timeouts, one POST per bulk, over
+our own keep-alive connections (http1.py), a forward proxy where set (proxy.py), SigV4 for Amazon
+(sigv4.py). Performs the I/O and reports what came back; decisions are bulk.py's and backoff.py's.
+Never touches files or the spool; secrets never reach an error text."""
 
 from __future__ import annotations
 

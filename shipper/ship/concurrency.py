@@ -1,15 +1,5 @@
-"""Pure: the adaptive limit on bulk requests in flight (AIMD on round-trip time and pushback).
-
-Like Vector's adaptive request concurrency, with TCP's slow start: until the first sign of trouble
-the limit grows by one per answer while requests are waiting (doubling per round trip), after that
-by about one per round trip; it halves on pushback (429, 503, timeouts, refused connections) or
-when the round trip rises well above its running average. Time is passed in.
-
-`probe_in` lets one request go above the limit when every request in flight is stalled (sent
-before the last transport failure, or out far longer than a round trip), so a request that never
-answers (a dead peer that never resets, a load balancer that accepts and hangs) does not hold the
-only slot until its timeout once the destination is back.
-"""
+"""Pure: the adaptive limit on bulk requests in flight (AIMD on round-trip time and pushback, like
+Vector's adaptive request concurrency with TCP's slow start). Time is passed in; the sender acts on it."""
 
 from __future__ import annotations
 
@@ -51,6 +41,14 @@ class AdaptiveLimit:
 
     The caller asks `can_start()`, calls `started()` when it sends and `finished()` with what came
     back. Decreases happen at most once per round trip, so one burst of failures halves once.
+
+    Until the first sign of trouble the limit grows by one per answer while requests are waiting
+    (doubling per round trip), after that by about one per round trip; it halves on pushback
+    (429, 503, timeouts, refused connections) or when the round trip rises well above its
+    running average. `probe_in` lets one request go above the limit when every request in flight
+    is stalled (sent before the last transport failure, or out far longer than a round trip), so
+    a request that never answers (a dead peer that never resets, a load balancer that accepts
+    and hangs) does not hold the only slot until its timeout once the destination is back.
     """
 
     max_limit: int

@@ -1,9 +1,6 @@
-"""Batches waiting for a sender, the queue's accounting and backpressure.
-
-The draft writer adds what the spool stored; senders take in order and report each ack. Only
-what the senders take next keeps its body in memory: a backlog (slow output) is re-read from the
-spool when its turn comes, so memory stays flat however long the queue. Never touches the spool.
-"""
+"""Batches waiting for a sender: the queue's accounting and backpressure. The draft writer adds what
+the spool stored, senders take in order and report each ack; only what they take next keeps its
+body in memory (a backlog is re-read from the spool), so memory stays flat. Never touches the spool."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Forward proxies for the output: which proxy a host is reached through (pure: `proxy_url`, the
-environment as curl reads it, NO_PROXY), and the CONNECT tunnel an https host is reached by.
-
-The resolution takes the environment as a mapping and touches nothing; `Proxy.open` is the only
-I/O: it hands back a connected socket at the far end of the tunnel, on which the caller starts
-TLS to the destination (SNI and verification against the destination's name, never the proxy's).
-ship/http1.py connects through it; ship/client.py decides which origin gets which proxy.
-"""
+environment as curl reads it, NO_PROXY) and the CONNECT tunnel (`Proxy.open`, the only I/O: a socket
+at the tunnel's far end, on which the caller starts TLS to the destination, never to the proxy)."""
 
 from __future__ import annotations
 

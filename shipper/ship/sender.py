@@ -1,10 +1,6 @@
-"""The sending side: deliver one queued batch until every document is acked or dead-lettered.
-
-Decisions come from ship/bulk.py (what an answer means), ship/backoff.py (how long to wait) and
-ship/concurrency.py (how many requests at once); ship/client.py does the HTTP. This module holds
-the shared retry state (consecutive failures, the time before which nothing is sent), the
-output's up/down state and the once-per-episode fault log lines. It never touches the spool.
-"""
+"""The sending side: deliver one queued batch until every document is acked or dead-lettered, with
+the shared retry state, the output's up/down state and the once-per-episode fault log lines.
+Decisions are bulk.py's, backoff.py's and concurrency.py's; client.py does the HTTP; no spool here."""
 
 from __future__ import annotations
 

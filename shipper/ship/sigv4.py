@@ -1,13 +1,6 @@
-"""AWS Signature Version 4 for the output (Amazon OpenSearch Service `es`, Serverless `aoss`): the
-signature itself (pure: `sign`), and the credentials it is made with (`Signer`: botocore's chain).
-
-Credentials come from botocore, the chain every AWS SDK shares: environment variables, the shared
-credentials and config files (AWS_PROFILE), web identity (Kubernetes service accounts, IRSA), the
-ECS container endpoint, EC2 instance metadata (IMDSv2). Temporary ones are refreshed by botocore
-before they expire; a refresh does network I/O, so it runs in a thread, never on the event loop.
-The signing is our own (botocore's SigV4Auth costs ~200 us a request against ~20 us here, measured
-in bench/sigv4_cost.py) and is held equal to botocore's by hypothesis (tests/unit/test_sigv4.py).
-"""
+"""AWS Signature Version 4 for Amazon OpenSearch (`es`, Serverless `aoss`): the signature, pure and our
+own (`sign`, held equal to botocore's; docs/development.md says why), and the credentials it is made
+with (`Signer`: botocore's chain, refreshed in a thread, never on the event loop)."""
 
 from __future__ import annotations
 
@@ -133,7 +126,14 @@ def sign(creds: Frozen, region: str, service: str, method: str, host: str, targe
 
 class Signer:
     """Signs requests with the credentials botocore's chain finds (found once, in a thread;
-    refreshed by botocore, in a thread when a refresh may be due)."""
+    refreshed by botocore, in a thread when a refresh may be due).
+
+    Credentials come from botocore, the chain every AWS SDK shares: environment variables, the
+    shared credentials and config files (AWS_PROFILE), web identity (Kubernetes service
+    accounts, IRSA), the ECS container endpoint, EC2 instance metadata (IMDSv2). Temporary ones
+    are refreshed by botocore before they expire; a refresh does network I/O, so it runs in a
+    thread.
+    """
 
     def __init__(self, cfg: AwsSigV4Config) -> None:
         import botocore.session  # the optional extra: settings checked it is there

@@ -1,9 +1,7 @@
-"""Installing the index template `shipper` before the first bulk request, and `shipper check`'s look at the
-server's templates: the I/O, through `BulkClient.request`. What the template holds and every pure decision
-(`identify`, `index_patterns`, `build_template`, `judge_indices`) are in ship/template_body.py, re-exported here.
-A destination that refuses templates (Logsene, a key without `manage_index_templates`) gets one
-warning and shipping goes on; only an output that gives no answer at all holds the first bulk back.
-"""
+"""Installing the index template `shipper` before the first bulk request, and `shipper check`'s look at
+the server's templates: the I/O, through `BulkClient.request`; what the template holds and every pure
+decision are template_body.py's. A destination that refuses templates gets one warning and shipping
+goes on; only an output that gives no answer at all holds the first bulk back."""
 
 from __future__ import annotations
 

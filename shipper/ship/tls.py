@@ -1,13 +1,6 @@
 """TLS for the output: the client context (CA file, client certificate), the CA pinned by SHA-256
-fingerprint, and TLS failures explained in words an operator can act on.
-
-Pinning (SPEC, Trust boundaries): the server's chain is read once without verification, and the CA
-certificate in it whose SHA-256 matches becomes the ONLY trust anchor of the output's context (no
-system CAs, no `ca_file`): every new connection is verified (chain and host name) against that CA
-alone, so a server that moved to a chain of any other CA is refused at its next handshake. No
-request is sent over the unverified connection. Decisions here are pure; `fetch_chain` is the
-only I/O.
-"""
+fingerprint (the only trust anchor once it matched; SPEC, Trust boundaries), and TLS failures told
+in words an operator can act on. Decisions are pure; `fetch_chain` is the only I/O."""
 
 from __future__ import annotations
 
@@ -170,7 +163,14 @@ async def _open_tls(host: str, port: int, ctx: ssl.SSLContext | bool,
 
 async def fetch_chain(host: str, port: int, ctx: ssl.SSLContext, timeout_s: float,
                       proxy: Proxy | None = None) -> list[bytes]:
-    """Connect, complete the TLS handshake, read the chain and close: nothing is sent."""
+    """Connect, complete the TLS handshake, read the chain and close: nothing is sent.
+
+    Pinning: the server's chain is read once without verification, and the CA certificate in it
+    whose SHA-256 matches becomes the ONLY trust anchor of the output's context (no system CAs,
+    no `ca_file`): every new connection is verified (chain and host name) against that CA alone,
+    so a server that moved to a chain of any other CA is refused at its next handshake. No
+    request is sent over the unverified connection.
+    """
     reader_writer = await asyncio.wait_for(_open_tls(host, port, ctx, proxy), timeout_s)
     _reader, writer = reader_writer
     try:

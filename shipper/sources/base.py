@@ -1,9 +1,6 @@
-"""The seam every input stands behind: the reader loop drives sources only through `Source`.
-
-A source reads into the writer's current draft (`Drafts.draft`): bulk pairs, the ranges they
-cover (incarnation -> offsets; for a stream, stream offsets) and the checkpoints they advance, so
-a position is committed only with the events it covers. Sources never commit, send or sleep.
-"""
+"""The seam every input stands behind: the reader loop drives sources only through `Source`, and a
+source reads into the writer's draft (`Drafts`): pairs, the ranges they cover and the checkpoints
+they advance, so a position is committed only with its events. Sources never commit, send or sleep."""
 
 from __future__ import annotations
 

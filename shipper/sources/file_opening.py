@@ -1,12 +1,6 @@
-"""Opening files: waiting candidates get a slot under max_open_files, are opened off the loop, and
-become what the open decision (`tail/adopt.py`) says they are.
-
-A slot comes from an idle open file when none is free (least recently grown first; never a
-deleted one: closing it loses its rest). The facts that take I/O (first bytes, the copy check,
-start_at: end) are gathered in the opening thread. Each candidate is opened by the rule that fits
-how it was found (`tail/opening.py`): a glob's (its input's `symlinks`, below the glob's fixed
-part), or a rotated copy's (no link, its original's owner or root).
-"""
+"""Opening files: waiting candidates get a slot under max_open_files (from the idle file grown least
+recently when none is free; never a deleted one), are opened off the loop by the rule that fits how
+they were found (tail/opening.py), and become what the open decision (tail/adopt.py) says."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Stdin as a source (`shipper pipe`): bounded non-blocking reads -> lines -> the input's documents.
-
-One stream incarnation with a fresh random id per run; offsets are stream offsets, so a re-sent
-batch keeps its `_id`s. It stages no checkpoint (a stream cannot be resumed). The reader loop
-reads it like a file: a pipe wakes it through the loop's reader callback, a regular file
-(`shipper pipe < big.log`) is read in bounded chunks until its end.
-"""
+One stream incarnation with a fresh id per run, stream offsets, no checkpoint (a stream cannot be
+resumed); a pipe wakes the loop through its reader callback, a regular file is read in chunks."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""AsyncSpool: the daemon's only way to the spool. Every call runs on one dedicated thread, in the
-order it was made, so transactions never interleave and the event loop never blocks on SQLite.
-
-Callers get values back (metadata, bodies, snapshots); nothing of the Spool's own state is
-reachable from the loop thread. WAL checkpoints run on a second thread with their own connection.
-"""
+"""AsyncSpool: the daemon's only way to the spool. Every call runs on one thread of our own
+(SpoolThread), in the order it was made, so transactions never interleave and the loop never blocks
+on SQLite; callers get values back, never the Spool's state. WAL checkpoints run on a second thread."""
 
 from __future__ import annotations
 
@@ -58,8 +55,8 @@ class SpoolThread:
     does, at a fraction of the loop's cost (issue 14): the executor builds a concurrent Future (a
     Condition and its locks), a work item and a chained asyncio future per call, and its worker
     signals the idle semaphore and the concurrent future's Condition before the loop hears of the
-    result; here a call is one tuple on a SimpleQueue and one `call_soon_threadsafe` back. Measured
-    at one call per 20 ms: 190 -> 80-110 us of process CPU per round trip.
+    result; here a call is one tuple on a SimpleQueue and one `call_soon_threadsafe` back
+    (docs/development.md has the measurement).
 
     A call whose future was cancelled before the thread took it is not run (run_in_executor's
     behaviour); one cancelled while it runs still runs to its end, and its result is dropped."""

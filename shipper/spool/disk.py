@@ -1,13 +1,6 @@
-"""How the spool's keys and values meet SQLite: diskcache's `Disk`, narrowed to data.
-
-diskcache's own `Disk` pickles any key or value that is not bytes, str, int or float, unpickles
-whatever a row's `mode` column says is a pickle, and reads (or deletes) the file a row's
-`filename` column names. The state dir is data whoever wrote it (SPEC, Trust boundaries), so
-`DataDisk` (through diskcache's public `disk=` argument) stores only bytes and int values under
-str or int keys, hands a pickled value back unread as `Pickled` (rows.py reads the known old
-shapes with legacy.read_pickle), refuses a key that is not stored raw, and never opens or
-removes a file a row names: shipper's rows are never kept in files (store.open_cache).
-"""
+"""How the spool's keys and values meet SQLite: diskcache's `Disk`, narrowed to data (SPEC, Trust
+boundaries): bytes and int values under str or int keys, a pickle handed back unread, and no file a
+row names ever opened or removed. Used through diskcache's public `disk=` argument (database.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +24,16 @@ class Pickled:
 
 
 class DataDisk(diskcache.Disk):  # type: ignore[misc]   # diskcache has no type hints
-    """diskcache's serializer for the spool: bytes and int values, str and int keys, no pickles."""
+    """diskcache's serializer for the spool: bytes and int values, str and int keys, no pickles.
+
+    diskcache's own `Disk` pickles any key or value that is not bytes, str, int or float,
+    unpickles whatever a row's `mode` column says is a pickle, and reads (or deletes) the file a
+    row's `filename` column names. The state dir is data whoever wrote it, so this one stores
+    only bytes and int values under str or int keys, hands a pickled value back unread as
+    `Pickled` (rows.py reads the known old shapes with legacy.read_pickle), refuses a key that
+    is not stored raw, and never opens or removes a file a row names: shipper's rows are never
+    kept in files.
+    """
 
     def put(self, key: Any) -> tuple[Any, bool]:
         if type(key) not in (str, int):

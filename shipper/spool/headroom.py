@@ -1,13 +1,6 @@
-"""Room on the state dir's filesystem for the writes that free space (issue 19).
-
-Acks, WAL checkpoints and dead-letter moves need a little space themselves (SQLite writes the WAL
-before it can drop anything), so a disk filled by the queue wedges: nothing more could be acked.
-`Headroom` keeps two margins: new batches are only written while more than `reserve_bytes` stay
-free beyond them (reading pauses, the files are the buffer), and a reserve file of the same size,
-made at start, is given back when a write hits a full disk anyway (another writer on the same
-filesystem). Reading resumes by itself once twice the margin is free again and the reserve is
-back. Used on the spool thread only; `full` and `free_bytes` may be read from any thread.
-"""
+"""Room on the state dir's filesystem for the writes that free space: new batches only while a margin
+stays free beyond them (reading pauses meanwhile, the files are the buffer), and a reserve file given
+back when a write meets a full disk anyway. Spool thread only; `full` and `free_bytes` readable anywhere."""
 
 from __future__ import annotations
 
@@ -27,8 +20,8 @@ MAX_RESERVE_BYTES = 32 * 1024 * 1024
 MIN_RESERVE_BYTES = 64 * 1024
 # A look at the free space (statvfs, and the WAL's size) that said yes is trusted for the batches
 # that follow it for this long, while what they add leaves this many margins free: a steady trickle
-# then looks once a second, not once per request cycle (two syscalls that cost ~100 us of CPU
-# after the spool thread slept, issue 14). Nearer the edge every batch looks; a disk filled by
+# then looks once a second, not once per request cycle (two syscalls, dear after the spool thread
+# slept: docs/development.md). Nearer the edge every batch looks; a disk filled by
 # another writer meanwhile is what the reserve file is for (`hit_full`).
 REUSE_S = 1.0
 REUSE_MARGINS = 4
@@ -61,7 +54,16 @@ def room_is_clear(free_bytes: int, spent: int, nbytes: int, reserve_bytes: int, 
 
 
 class Headroom:
-    """The state dir's free space and its reserve file. `statvfs` and the clock are injectable for tests."""
+    """The state dir's free space and its reserve file. `statvfs` and the clock are injectable for tests.
+
+    Acks, WAL checkpoints and dead-letter moves need a little space themselves (SQLite writes
+    the WAL before it can drop anything), so a disk filled by the queue would wedge: nothing
+    more could be acked. Two margins keep it from that: new batches are only written while more
+    than `reserve_bytes` stay free beyond them, and a reserve file of the same size, made at
+    start, is given back when a write hits a full disk anyway (another writer on the same
+    filesystem). Reading resumes by itself once twice the margin is free again and the reserve
+    is back.
+    """
 
     def __init__(self, state_dir: str, max_reserve_bytes: int = MAX_RESERVE_BYTES,
                  statvfs: Callable[[str], os.statvfs_result] = os.statvfs,

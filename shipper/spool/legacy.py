@@ -1,13 +1,6 @@
-"""Rows that older versions let diskcache pickle, read as data: never unpickled. Pure.
-
-b19ade4 and earlier stored checkpoints, dead letters, quarantined rows and (073664d and earlier)
-batch metadata as pickled dicts, and put a pickle inside each batch row's header. Whoever can
-write a state dir can plant a pickle that runs code when unpickled, so these bytes are never
-given to `pickle`: `read_pickle` walks their opcodes (`pickletools.genops`, a disassembler that
-runs nothing) with a stack of its own that can only build dicts, lists, tuples, str, bytes,
-numbers, booleans and None. Any other opcode (a global, a call, a build, a persistent id) is
-refused with `NotData`.
-"""
+"""Rows that older versions let diskcache pickle, read as data: never unpickled. Pure: `read_pickle`
+walks a pickle's opcodes (pickletools.genops, which runs nothing) with a stack of its own that builds
+only dicts, lists, tuples, str, bytes, numbers, booleans and None; anything else is `NotData`."""
 
 from __future__ import annotations
 
@@ -130,7 +123,14 @@ def _copy(v: Any, depth: int, budget: list[int]) -> Any:
 
 
 def read_pickle(data: bytes | memoryview) -> Any:
-    """The plain data a pickle holds, without unpickling it. Raises NotData."""
+    """The plain data a pickle holds, without unpickling it. Raises NotData.
+
+    b19ade4 and earlier stored checkpoints, dead letters, quarantined rows and (073664d and
+    earlier) batch metadata as pickled dicts, and put a pickle inside each batch row's header.
+    Whoever can write a state dir can plant a pickle that runs code when unpickled, so these
+    bytes are never given to `pickle`: any opcode that is not data (a global, a call, a build, a
+    persistent id) is refused.
+    """
     stack: list[Any] = []
     memo: dict[int, Any] = {}
     raw = bytes(data)

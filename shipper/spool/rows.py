@@ -1,33 +1,6 @@
-"""How the spool's values are laid out in diskcache: keys, the batch row, the other rows. Pure.
-
-Every value is data: bytes (JSON, or a JSON head and raw bytes) or an int, stored through
-diskcache's public get/set/delete with `disk.DataDisk`; nothing is pickled (SPEC, Trust
-boundaries: a state dir is read as data whoever wrote it).
-
-The layout (diskcache keys -> values):
-    <seq>            int: one batch, ONE row: HEADER (version 2) + metadata (JSON) + the stored body.
-                     The last batch of a commit also carries that commit's checkpoints, so the
-                     commit is one set() (see store.Spool for why, and when they move).
-    "c:<inc>"        a file incarnation's checkpoint: JSON of Checkpoint.to_dict() + "v"
-    "d:<n:016d>"     a dead letter: JSON head (index, reason, status, at, id), "\n", the document
-    "n:dlq"          int: the number of the last dead letter
-    "q:<seq>"        a batch row that did not decode when it was read to be sent: JSON head (seq,
-                     reason, covers when its header decoded, events, at), "\n", the value as stored;
-                     see store.Spool.read
-Strings are UTF-8 JSON; a path that is not UTF-8 (surrogate escapes of a non-UTF-8 file name)
-is written with \\udcXX escapes by the stdlib's encoder, which orjson does not read: `loads`
-falls back to the stdlib for those rows.
-
-Older layouts, read as data (legacy.read_pickle, never unpickled) and never written any more; a
-row leaves, or is written anew in this layout, as it is acked, rewritten or repaired:
-    b19ade4 and earlier ("pickled"): the batch row's metadata a pickle (HEADER version 1); "c:",
-                     "d:" and "q:" rows pickled dicts (the same fields, the document and value as bytes)
-    073664d and earlier ("two-row"): <seq> the bare stored body, its metadata a pickled dict in
-                     "m:<seq>" {"events", "raw_bytes", "stored_bytes", "gzipped", "covers", "at"};
-                     "c:<inc>" without "v" (reads as version 0)
-A checkpoint's version "v" grows with every write: at open, the newest version of each
-incarnation wins, wherever it is stored (its own row or a queued batch).
-"""
+"""How the spool's values are laid out in diskcache: keys, the batch row, the other rows, and the older
+layouts read as data. Pure; every value is bytes (JSON, or a JSON head and raw bytes) or an int,
+nothing is pickled (SPEC, Trust boundaries). The layout is written out above the key constants."""
 
 from __future__ import annotations
 
@@ -43,6 +16,30 @@ from shipper.model import BatchMeta
 from shipper.spool.disk import Pickled
 from shipper.spool.legacy import NotData, read_pickle
 
+# The layout (diskcache keys -> values):
+#     <seq>            int: one batch, ONE row: HEADER (version 2) + metadata (JSON) + the stored body.
+#                      The last batch of a commit also carries that commit's checkpoints, so the
+#                      commit is one set() (see store.Spool for why, and when they move).
+#     "c:<inc>"        a file incarnation's checkpoint: JSON of Checkpoint.to_dict() + "v"
+#     "d:<n:016d>"     a dead letter: JSON head (index, reason, status, at, id), "\n", the document
+#     "n:dlq"          int: the number of the last dead letter
+#     "q:<seq>"        a batch row that did not decode when it was read to be sent: JSON head (seq,
+#                      reason, covers when its header decoded, events, at), "\n", the value as stored;
+#                      see store.Spool.read
+# Strings are UTF-8 JSON; a path that is not UTF-8 (surrogate escapes of a non-UTF-8 file name)
+# is written with \udcXX escapes by the stdlib's encoder, which orjson does not read: `loads`
+# falls back to the stdlib for those rows.
+#
+# Older layouts, read as data (legacy.read_pickle, never unpickled) and never written any more; a
+# row leaves, or is written anew in this layout, as it is acked, rewritten or repaired, and a
+# two-row batch when a writer opens the spool (loading.upgrade):
+#     b19ade4 and earlier ("pickled"): the batch row's metadata a pickle (HEADER version 1); "c:",
+#                      "d:" and "q:" rows pickled dicts (the same fields, the document and value as bytes)
+#     073664d and earlier ("two-row"): <seq> the bare stored body, its metadata a pickled dict in
+#                      "m:<seq>" {"events", "raw_bytes", "stored_bytes", "gzipped", "covers", "at"};
+#                      "c:<inc>" without "v" (reads as version 0)
+# A checkpoint's version "v" grows with every write: at open, the newest version of each
+# incarnation wins, wherever it is stored (its own row or a queued batch).
 CHECKPOINT = "c:"
 LEGACY_META = "m:"
 DEAD_LETTER = "d:"
@@ -117,7 +114,7 @@ class BatchRow:
 
 
 def pack_batch(meta: BatchMeta, checkpoints: dict[str, dict[str, Any]], stored: bytes) -> bytes:
-    """One batch row. The crc32 (ISA-L: ~4 us for 140 KB) lets a damaged body be told from a bad
+    """One batch row. The crc32 (cheap with ISA-L) lets a damaged body be told from a bad
     answer of the destination without decompressing it."""
     m = dumps({"e": meta.events, "r": meta.raw_bytes, "g": meta.gzipped, "cv": meta.covers,
                "at": meta.at, "cp": checkpoints})

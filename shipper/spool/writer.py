@@ -1,10 +1,7 @@
-"""The draft writer: drafts become batches in the spool, in order, with the checkpoints they advance.
-
-While one draft is written on the spool thread the loop keeps reading into the next; up to
-WRITES_BEHIND may wait behind the reader. A failure to write is raised by the next commit, and
-no later draft is written after it (its checkpoints would skip lines). Written batches go to the
-senders (the outbox, handed in: the spool imports nothing of ship/). A full disk is waited out here (once logged), never dropped.
-"""
+"""The draft writer: drafts become batches in the spool, in order, with the checkpoints they advance,
+handed to the outbox (given in: the spool imports nothing of ship/). Up to WRITES_BEHIND drafts wait
+behind the reader; a failed write stops every later one (its checkpoints would skip lines); a full
+disk is waited out here (logged once), never dropped."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The decision taken when a file is opened: what is it, and how is it read? Pure: returns a value.
-
-Inputs are what the open (off the loop, `tail/look.py`) saw and what the catalog knows; the
-caller (`sources/files.py`) acts on the `Decision`: reads the file as the incarnation it names,
-parks it, or closes it and looks again.
-"""
+"""The decision taken when a file is opened: what is it, and how is it read? Pure: from what the open
+saw (off the loop, tail/look.py) and what the catalog knows, a `Decision` that the file source acts
+on (read as the incarnation it names, park, or close and look again)."""
 
 from __future__ import annotations
 

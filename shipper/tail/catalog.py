@@ -1,10 +1,6 @@
-"""The incarnation index: every file incarnation's checkpoint, found by inode, by path and by rotation root.
-
-Pure: no I/O and no clock. Identity is kept apart from paths and offsets (like Vector's
-checkpointer): a file is recognised by (dev, inode) plus the fingerprint of its first bytes, and
-a rotated copy by its name's rotation root plus those bytes. The live `Checkpoint` objects are
-owned here; the source reading an incarnation advances its own, and drafts take copies.
-"""
+"""The incarnation index: every file incarnation's checkpoint, found by inode, by path and by rotation
+root. Pure: no I/O, no clock. Identity is kept apart from paths and offsets (as Vector's checkpointer
+does); the live Checkpoints are owned here, the reading source advances its own, drafts take copies."""
 
 from __future__ import annotations
 

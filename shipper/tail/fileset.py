@@ -1,11 +1,6 @@
-"""The open-file set under `max_open_files` (Vector's FileServer): files open, waiting for a slot, parked.
-
-A file is open (a harvester reads it), waiting (for a slot, in arrival order: fair), or parked
-(read to its end and closed; reopened when its size or mtime changes). The cap counts every fd
-held on a log file, the short looks included: one slot stays free for them (a rotated sibling's
-head, a copy check), so `max_open_files` is never exceeded, not even for an instant.
-No reading and no deciding here: `sources/files.py` does both.
-"""
+"""The open-file set under `max_open_files` (Vector's FileServer): files open, waiting for a slot (in
+arrival order), or parked (read to the end and closed). One slot stays free for the short looks, so
+the cap is never exceeded, not even for an instant. No reading and no deciding: sources/ does both."""
 
 from __future__ import annotations
 

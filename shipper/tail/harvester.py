@@ -1,13 +1,6 @@
-"""One harvester per open file: owns the fd, the read position and the rotation state machine.
-
-It reads bounded chunks and returns complete lines (via `LineSplitter`); it never parses, batches
-or talks HTTP. Rename rotation: the old fd is read to its end while the path gets a new harvester.
-Truncation (size below our position, or the bytes we read are no longer there): a new incarnation
-from 0. A deleted file that is still open is read to its end before it is closed. A compressed
-rotated copy (`.gz`) is read through gzip, transparently, with the same offsets as the original.
-Holes of a sparse file are skipped (SEEK_DATA), never read; a hole up to the file's end is not
-consumed either: reading waits there for data (a writer filling a preallocated file).
-"""
+"""One harvester per open file: the fd, the read position and the rotation state machine; bounded
+chunks in, complete lines out (LineSplitter); never parses, batches or sends. Rotation, truncation,
+deletion, .gz copies (read through gzip with the original's offsets) and sparse holes handled here."""
 
 from __future__ import annotations
 
@@ -30,9 +23,8 @@ CHUNK_BYTES = 1024 * 1024
 TAIL_BYTES = 32          # the last bytes read, checked again to tell a copytruncate from growth
 
 # Reads land in one buffer per thread, reused from read to read (the lines are copied out of it
-# before `read` returns). A new bytes object per read meant fresh memory for every 256 KiB read:
-# in a 1M-line backlog the kernel's copy into it cost 0.27 CPU-s (perf: pread64 -> filemap_read
-# -> _copy_to_iter), 6x what the same reads cost into memory already touched.
+# before `read` returns). A new bytes object per read meant fresh memory for every 256 KiB read,
+# which the kernel's copy into it pays for (docs/development.md).
 _buffers = threading.local()
 
 
@@ -48,6 +40,13 @@ class Harvester:
 
     The checkpoint is read here, never changed: the file source owns it (offset, fingerprint). `path` is where the file was opened
     (for stat checks and logs); the checkpoint's path is the one its documents carry.
+
+    Rename rotation: the old fd is read to its end while the path gets a new harvester.
+    Truncation (size below our position, or the bytes we read are no longer there): a new
+    incarnation from 0. A deleted file that is still open is read to its end before it is
+    closed. Holes of a sparse file are skipped (SEEK_DATA), never read; a hole up to the file's
+    end is not consumed either: reading waits there for data (a writer filling a preallocated
+    file).
     """
 
     def __init__(self, path: str, fd: int, st: os.stat_result, checkpoint: Checkpoint,
@@ -168,7 +167,7 @@ class Harvester:
                     self.suspect = True
                     return None
             if chunk and chunk[0] == 0 and chunk[-1] == 0 and not self.splitter.pending_bytes:
-                # all NULs, maybe a hole of a sparse file (a 2 GiB one read cost ~10 CPU-s): where
+                # all NULs, maybe a hole of a sparse file (reading one costs CPU for nothing): where
                 # its data goes on is asked, not read; a line begun before it reads the NULs as
                 # its bytes until it is cut (at most max_line_bytes), then skips the rest
                 nxt = self._next_data(pos)

@@ -1,11 +1,6 @@
-"""File incarnations: device + inode + a digest of the first bytes, and a persisted identifier.
-
-The fingerprint covers the first `fp_len` bytes (up to FP_MAX_BYTES), so a file smaller than that
-is recognised at once and the fingerprint grows with it. Rotated siblings (`app.log.1`,
-`app.log-20260101`, `app.log.2.gz`) are matched by content, gzip read transparently. Keeps no
-fds open: callers pass one, or a path that is opened (by `opening`'s rule for rotated copies: a
-regular file, not a link, never blocking) and closed here.
-"""
+"""File incarnations: device + inode + a digest of the first bytes (growing with a small file, up to
+FP_MAX_BYTES), a persisted identifier, and rotated siblings matched by content (gzip read through).
+Keeps no fds: callers pass one, or a path opened here by opening.py's rule for rotated copies."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The looks at a directory that block, run off the event loop: opening files, rotated siblings' heads.
-
-Every function here is called through `asyncio.to_thread` by the reader, one at a time (so at
-most one short look holds an fd beside the open files: `tail/fileset.py` keeps a slot for it).
-Every file is opened through `tail/opening.py`'s policy. They return values; `tail/adopt.py` and
-`tail/recovery.py` decide what the values mean.
-"""
+"""The looks at a directory that block, run off the event loop one at a time (tail/fileset.py keeps a
+slot for the one short look beside the open files): opening files, rotated siblings' heads. Every
+file opened by opening.py's policy; they return values that adopt.py and recovery.py judge."""
 
 from __future__ import annotations
 

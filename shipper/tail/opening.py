@@ -1,10 +1,6 @@
-"""Which files shipper reads, and how it opens them: the one file-opening policy (SPEC, Trust boundaries).
-
-Every log file (globbed, a rotated copy found by content, a symlink's target, a `.gz`) is opened
-here and nowhere else. A path is never looked at and then opened: it is opened first (non-blocking,
-so a FIFO or device swapped in cannot block), walked one component at a time below the directory
-the admin named, then the descriptor is judged. Returns fds or refusals; decides nothing else.
-"""
+"""The one file-opening policy (SPEC, Trust boundaries): every log file shipper reads is opened here,
+never looked at first: opened non-blocking, walked one component at a time below the directory the
+admin named, then the descriptor is judged. Returns fds or refusals; decides nothing else."""
 
 from __future__ import annotations
 

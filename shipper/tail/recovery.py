@@ -1,11 +1,6 @@
-"""Rotation recovery: incarnations the globs no longer show (orphans) and files nobody saw (successors).
-
-An orphan is an unfinished incarnation that no open file reads and no glob shows: its content
-is looked for among its path's rotated siblings (same inode renamed, a plain copy, a .gz) and
-read from there. A successor is what was created at a known path and rotated away while we did
-not look (a downtime across rotations): rotated siblings changed since our last look that no
-checkpoint knows. The looks run off the loop (`tail/look.py`); this room keeps their state.
-"""
+"""Rotation recovery: orphans (unfinished incarnations no glob shows: their content looked for among
+the path's rotated siblings) and successors (files created and rotated away while we did not look).
+The looks run off the loop (look.py); this keeps their state."""
 
 from __future__ import annotations
 

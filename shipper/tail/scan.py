@@ -1,22 +1,6 @@
-"""The globs, as `glob.iglob(recursive=True)` matches them, with the listing of every directory whose
-entries did not change since the last rescan reused (issue 14: the rescan of an idle host).
-
-A directory's mtime and ctime move whenever an entry is created, removed or renamed in it, so a
-directory that stat()s as it did when it was listed holds the same names, each bound to the same
-inode, and a regular file found there before is the same file (its content may have changed: that
-is what the caller's stat, or its open fd, is for). Two guards: a listing taken within RACY_NS of
-the directory's own timestamps is not trusted (a change in the same clock tick as the listing
-would leave them as they were), and every FULL_EVERY-th scan lists everything afresh.
-
-`Scanner.iglob` is the standard library's algorithm (glob.py: `_iglob`, `_glob0/1/2`, `_rlistdir`,
-hidden names, `**` only as a whole component) over `Scanner.listdir`; tests/component/test_scan.py
-checks it against a reference on random trees, and across changes to them. Where the `**` walk
-departs from glob (SPEC, Trust boundaries): it descends at most MAX_DEPTH directory levels below
-the glob's fixed part, it visits each directory (st_dev, st_ino) once per walk (glob walks a loop
-until the path is too long, and links fanning out to siblings make its walk exponential), and it
-follows a link to a directory only as the input's `symlinks` allows (`opening.follows_dir_link`).
-A link not walked is still matched by name; what is opened through it is judged again at the open.
-"""
+"""The globs as `glob.iglob(recursive=True)` matches them, with unchanged directories' listings
+reused (their mtime and ctime move with every entry made, removed or renamed), and the `**` walk
+bounded (SPEC, Trust boundaries). Lists and stats; opens no file."""
 
 from __future__ import annotations
 
@@ -100,7 +84,25 @@ class _Listing:
 class Scanner:
     """One rescan at a time (the scan thread's): `begin()`, `iglob` for each pattern, `end()`. A
     directory whose names came from the cache in this scan binds each path in it to the inode it
-    was bound to at the last scan: `known_stat` hands back that scan's stat of such a path."""
+    was bound to at the last scan: `known_stat` hands back that scan's stat of such a path.
+
+    A directory that stat()s as it did when it was listed holds the same names, each bound to
+    the same inode, and a regular file found there before is the same file (its content may have
+    changed: that is what the caller's stat, or its open fd, is for). Two guards: a listing
+    taken within RACY_NS of the directory's own timestamps is not trusted (a change in the same
+    clock tick as the listing would leave them as they were), and every FULL_EVERY-th scan lists
+    everything afresh.
+
+    `iglob` is the standard library's algorithm (glob.py: `_iglob`, `_glob0/1/2`, `_rlistdir`,
+    hidden names, `**` only as a whole component) over `listdir`; tests/component/test_scan.py
+    checks it against a reference on random trees, and across changes to them. Where the `**`
+    walk departs from glob: it descends at most MAX_DEPTH directory levels below the glob's
+    fixed part, it visits each directory (st_dev, st_ino) once per walk (glob walks a loop until
+    the path is too long, and links fanning out to siblings make its walk exponential), and it
+    follows a link to a directory only as the input's `symlinks` allows
+    (`opening.follows_dir_link`). A link not walked is still matched by name; what is opened
+    through it is judged again at the open.
+    """
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock = clock or SystemClock()       # its wall time: directory timestamps are wall time

@@ -27,28 +27,10 @@ STILL_READING_TIME = {"shipper/sources/files.py"}
 STILL_PROBING: set[tuple[str, str]] = set()
 STILL_PRIVATE: set[str] = set()
 STILL_LONG_HEADERS = {
-    "shipper/__init__.py", "shipper/__main__.py", "shipper/clock.py", "shipper/codec.py",
-    "shipper/commands/__init__.py", "shipper/commands/dlq.py", "shipper/commands/pipe.py",
-    "shipper/commands/setup.py", "shipper/commands/setup_install.py", "shipper/commands/state.py",
-    "shipper/commands/status.py", "shipper/config_values.py", "shipper/control.py", "shipper/delivery.py",
-    "shipper/endpoint.py", "shipper/metrics.py", "shipper/model.py", "shipper/native.py",
-    "shipper/parse/__init__.py", "shipper/parse/ecs.py", "shipper/parse/index.py", "shipper/parse/multiline.py",
-    "shipper/parse/regex.py", "shipper/parse/timeparse.py", "shipper/pipeline.py", "shipper/sdnotify.py",
-    "shipper/ship/__init__.py", "shipper/ship/client.py", "shipper/ship/concurrency.py", "shipper/ship/outbox.py",
-    "shipper/ship/proxy.py", "shipper/ship/sender.py", "shipper/ship/sigv4.py", "shipper/ship/template.py",
-    "shipper/ship/tls.py", "shipper/sources/__init__.py", "shipper/sources/base.py",
-    "shipper/sources/file_opening.py", "shipper/sources/file_reading.py", "shipper/sources/files.py",
-    "shipper/sources/stdin.py", "shipper/spool/aio.py", "shipper/spool/disk.py", "shipper/spool/headroom.py",
-    "shipper/spool/legacy.py", "shipper/spool/rows.py", "shipper/spool/writer.py", "shipper/statedir.py",
-    "shipper/tail/__init__.py", "shipper/tail/adopt.py", "shipper/tail/catalog.py", "shipper/tail/fileset.py",
-    "shipper/tail/harvester.py", "shipper/tail/identity.py", "shipper/tail/lines.py", "shipper/tail/look.py",
-    "shipper/tail/opening.py", "shipper/tail/recovery.py", "shipper/tail/scan.py",
+    "shipper/sources/file_reading.py", "shipper/sources/files.py", "shipper/tail/lines.py",
 }
 STILL_MEASURING = {
-    "shipper/__init__.py", "shipper/clock.py", "shipper/codec.py", "shipper/commands/status.py",
-    "shipper/endpoint.py", "shipper/parse/regex.py", "shipper/service.py", "shipper/ship/sigv4.py",
-    "shipper/sources/files.py", "shipper/spool/aio.py", "shipper/spool/headroom.py", "shipper/spool/rows.py",
-    "shipper/tail/harvester.py",
+    "shipper/sources/files.py",
 }
 
 # getattr/hasattr on objects that are not ours: (module, the probed expression) -> why
