@@ -15,6 +15,8 @@ from shipper.config import InputConfig
 from shipper.model import Line, SplitBuild
 from shipper.parse.doc_splice import build_as_text, build_general, build_reserialised, build_source
 from shipper.parse.doc_values import FAST_MS_MAX, FAST_MS_MIN, SourceEvent, index_field_refs
+from shipper.parse.ecs import ROOTS as ECS_ROOTS
+from shipper.parse.ecs import SOURCE_KEYS as ECS_SOURCE_KEYS
 from shipper.parse.ecs import root_mask
 from shipper.parse.index import IndexRouter
 from shipper.parse.pair_bytes import PairBytes
@@ -97,8 +99,15 @@ class DocBuilder:
         field_keys = frozenset(shaper.fields)
         if field_keys & _ADDED_KEYS:
             return None
+        # what the index pattern may not read: the keys enrichment adds, the ECS objects the mapping
+        # writes, and (replace) the sources it removes; a splice routes on the line, not the document
+        touched = _ADDED_KEYS | field_keys
+        if inp.ecs != "off":
+            touched |= ECS_ROOTS
+        if inp.ecs == "replace":
+            touched |= ECS_SOURCE_KEYS
         for ref in index_field_refs(self.router.pattern):
-            if any(ref.startswith(k) for k in _ADDED_KEYS | field_keys):
+            if any(ref.startswith(k) for k in touched):
                 return None
         return _SPLICE_BLOCKERS | field_keys
 

@@ -356,3 +356,34 @@ def test_the_inputs_fields_in_an_ecs_object_merge_on_every_path(fields: dict[str
                 assert d[k] == v
             else:
                 assert all(d[k][kk] == vv for kk, vv in v.items())
+
+
+def _indices(lines: list[bytes], path: str, **inp: Any) -> list[str]:
+    """The `_index` of each pair `lines` give on one path: `c`, the builder as it is (the C splice
+    where it takes the input: never for an index named by a field), `python`, `full` (as `docs`)."""
+    b = builder(**inp)
+    if path != "c":
+        b.splice = None
+    out: list[bytes] = []
+    events = [(i * 1000, i * 1000 + len(ln) + 1, ln, 0) for i, ln in enumerate(lines)]
+    if path == "full":
+        b.build_reserialised("0123456789ab", PATH, events, NOW, out)
+    else:
+        b.build("0123456789ab", PATH, events, NOW, out)
+    return [orjson.loads(p.split(b"\n")[0])["create"]["_index"] for p in out]
+
+
+@pytest.mark.parametrize(("index", "ecs", "want"), [
+    ("app-{service.name|none}", "add", "app-checkout"),      # service.name <- name: the document has it
+    ("app-{service.name|none}", "replace", "app-checkout"),
+    ("app-{service.name|none}", "off", "app-none"),
+    ("app-{name|none}", "replace", "app-none"),              # replace removes `name` from the document
+    ("app-{name|none}", "add", "app-checkout"),
+])
+def test_an_index_named_by_a_field_reads_the_document_ecs_made_on_every_path(index: str, ecs: str, want: str) -> None:
+    """The index is the document's: a pattern reading a field the ECS mapping writes (or, with
+    replace, removes) names the same index on the C, the Python and the reference path (the splice
+    fuzzer found the Python splice routing on the line before the mapping: `app-none`)."""
+    line = b'{"level":30,"time":1796529483413,"pid":7,"hostname":"vm","name":"checkout","msg":"x"}'
+    got = {p: _indices([line], p, index=index, ecs=ecs) for p in ("c", "python", "full")}
+    assert got == {p: [want] for p in ("c", "python", "full")}
