@@ -19,6 +19,7 @@ from shipper.ship import bulk as bulkproto
 from shipper.ship.backoff import Backoff
 from shipper.ship.client import BulkClient, Reply
 from shipper.ship.concurrency import AdaptiveLimit
+from shipper.ship.slots import RequestSlots
 
 log = logging.getLogger("shipper.output")
 
@@ -48,88 +49,44 @@ class Sender:
         self.backoff = Backoff(cfg.retry.initial_backoff_s, cfg.retry.max_backoff_s)
         self.client = BulkClient(cfg.output, self.backoff, self.rng, clock)
         self.limit = AdaptiveLimit(max_limit=max(1, cfg.output.max_in_flight))
-        self._freed = asyncio.Event()  # set (and replaced) when a request ends: the waiting ones look again
-        self._waiting = 0             # requests ready to go, held back by the limit
-        self._starts: dict[int, float] = {}   # request token -> clock.monotonic() at its start, in flight
-        self._tokens = 0
-        self._probe: int | None = None        # the token of the request let go above the limit, while out
-        self.last_transport_failure = float("-inf")   # clock.monotonic() of the last request without an answer
+        self.slots = RequestSlots(self.limit, clock, cfg.output.timeout_s, self._gate)
         self.failures = 0             # whole-request failures in a row, across batches; 0 after any answer that worked
         self.resume_at = 0.0          # clock.monotonic(): no request starts before this
         self.up = True
         self.last_error: str | None = None
         self.last_success = clock.monotonic()
-        self.peak_in_flight = 0
         self._episodes: dict[str, str] = {}   # host -> the fault kind logged for it (":quiet": not logged)
         self._overload_logged: dict[str, float] = {}
         self._failure_store = bulkproto.Tally(FAILURE_STORE_LOG_EVERY_S)
 
     # ------------------------------------------------------------------ request slots
 
-    async def _acquire(self) -> int:
-        """Wait for the backoff gate (and a usable host), then for a slot under the adaptive limit,
-        or for the moment every request in flight is stalled and one probe may go beside them
-        (`concurrency.probe_in`). Returns the request's token for `_release`."""
-        while True:
-            now = self.clock.monotonic()
-            wait = max(self.resume_at - now, self.client.next_host_ready_in(now))
-            if wait > 0:
-                await self.clock.sleep(wait)
-                continue
-            probe = False
-            if not self.limit.can_start():
-                after = self.limit.probe_in(self._starts.values(), self._probe is not None,
-                                            self.last_transport_failure, now, self.cfg.timeout_s)
-                if after is None or after > 0:
-                    freed = self._freed
-                    self._waiting += 1
-                    try:
-                        if after is None:
-                            await freed.wait()
-                        else:
-                            await self.clock.wait(freed, after)
-                    finally:
-                        self._waiting -= 1
-                    continue       # look at the gate again: a failure may have closed it meanwhile
-                probe = True
-            self.limit.started()
-            self._tokens += 1
-            token = self._tokens
-            self._starts[token] = now
-            if probe:
-                self._probe = token
-                log.debug("probe request sent beside stalled ones",
-                          extra={"in_flight": self.limit.in_flight, "limit": self.limit.current})
-            self.peak_in_flight = max(self.peak_in_flight, self.limit.in_flight)
-            return token
+    def _gate(self, now: float) -> float:
+        """How long before a request may start: the backoff's resume time, or the next usable host."""
+        return max(self.resume_at - now, self.client.next_host_ready_in(now))
 
-    def _release(self, token: int, rtt_s: float, pushback: bool) -> None:
-        self._starts.pop(token, None)
-        if self._probe == token:
-            self._probe = None
-        self.limit.finished(self.clock.monotonic(), rtt_s, pushback, self._waiting > 0)
-        self._wake()
-
-    def _wake(self) -> None:
-        self._freed.set()
-        self._freed = asyncio.Event()
+    @property
+    def peak_in_flight(self) -> int:
+        """The most requests that were in flight at once."""
+        return self.slots.peak_in_flight
 
     async def post(self, attempt: Attempt) -> Reply | TransportError:
         """One bulk request under the gate and the limit: the answer, or the transport failure."""
-        token = await self._acquire()
+        slots = self.slots
+        token = await slots.acquire()
         t0 = self.clock.monotonic()
         try:
             reply = await self.client.post_bulk(attempt.body, attempt.gzipped)
         except TransportError as e:
-            self.last_transport_failure = self.clock.monotonic()   # what is in flight now may never answer
-            self._release(token, self.clock.monotonic() - t0, True)
+            slots.last_transport_failure = self.clock.monotonic()   # what is in flight now may never answer
+            slots.release(token, self.clock.monotonic() - t0, True)
             self.events.bulk_sent(e.host or "?", "error", attempt.count, len(attempt.body), 0.0)
             return e
         except BaseException:
-            self._release(token, self.clock.monotonic() - t0, False)
+            slots.release(token, self.clock.monotonic() - t0, False)
             raise
         pushback = reply.status in bulkproto.PUSHBACK_STATUSES
-        self._release(token, reply.seconds, pushback)
+        slots.release(token, reply.seconds, pushback)
         self.events.bulk_sent(reply.host, reply.status, attempt.count, len(attempt.body), reply.seconds)
         return reply
 
@@ -174,7 +131,7 @@ class Sender:
                 pending = [pending[i] for i in outcome.retry]
                 item_attempts += 1
                 if outcome.pushback:
-                    await self._release_pressure()
+                    self.slots.pushback()
                 delay = self.backoff.delay(item_attempts, self.rng)
                 self.events.retry_scheduled(f"{len(pending)} item(s): {outcome.first_error}", delay, reply.host)
                 await self.clock.sleep(delay)
@@ -192,12 +149,6 @@ class Sender:
                     dead.extend(await self.deliver(await self.encode(half)))
                 return dead
             self._request_failed(reply, verdict)
-
-    async def _release_pressure(self) -> None:
-        """Items rejected for load (429 es_rejected_execution_exception): shrink the limit like a 429."""
-        self.limit.started()
-        self.limit.finished(self.clock.monotonic(), 0.0, True)
-        self._wake()
 
     async def encode(self, pairs: list[bytes]) -> Attempt:
         raw = bulkproto.join_pairs(pairs)

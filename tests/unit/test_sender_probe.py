@@ -25,81 +25,81 @@ async def _settle() -> None:
 async def test_a_request_sent_before_the_last_transport_failure_lets_one_probe_go_at_once() -> None:
     clock = FakeClock()
     s = _sender(clock)
-    hung = await s._acquire()                      # the limit is 1: the only slot
+    hung = await s.slots.acquire()                      # the limit is 1: the only slot
     clock.advance(0.2)
-    s.last_transport_failure = clock.monotonic()   # another request just failed without an answer
+    s.slots.last_transport_failure = clock.monotonic()   # another request just failed without an answer
     clock.advance(0.01)
-    probe = await asyncio.wait_for(s._acquire(), 1)    # no fake time needs to pass
-    assert s.limit.in_flight == 2 and s.limit.current == 1 and s._probe == probe
+    probe = await asyncio.wait_for(s.slots.acquire(), 1)    # no fake time needs to pass
+    assert s.limit.in_flight == 2 and s.limit.current == 1 and s.slots.probe == probe
     assert clock.waited == []
-    third = asyncio.create_task(s._acquire())
+    third = asyncio.create_task(s.slots.acquire())
     await _settle()
     assert not third.done()                        # never a second probe while one is out
     clock.advance(60.0)
     await _settle()
     assert not third.done()                        # not by time either: it waits for a release
-    s._release(probe, 0.01, False)
+    s.slots.release(probe, 0.01, False)
     token = await asyncio.wait_for(third, 1)       # a slot of the grown limit, or the next probe
-    assert s.limit.in_flight == 2 and s._probe in (None, token)
-    assert s.limit.in_flight <= s.limit.current + (s._probe is not None)    # at most one above the limit
-    s._release(token, 0.01, False)
-    s._release(hung, 30.0, True)
-    assert s.limit.in_flight == 0 and s._starts == {} and s._probe is None
+    assert s.limit.in_flight == 2 and s.slots.probe in (None, token)
+    assert s.limit.in_flight <= s.limit.current + (s.slots.probe is not None)    # at most one above the limit
+    s.slots.release(token, 0.01, False)
+    s.slots.release(hung, 30.0, True)
+    assert s.limit.in_flight == 0 and s.slots.starts == {} and s.slots.probe is None
 
 
 async def test_a_request_sent_after_the_failure_is_probed_beside_once_it_has_been_out_a_while() -> None:
     clock = FakeClock()
     s = _sender(clock)
-    s.last_transport_failure = clock.monotonic()
+    s.slots.last_transport_failure = clock.monotonic()
     clock.advance(0.1)
-    hung = await s._acquire()                      # sent after the failure: not suspect yet
+    hung = await s.slots.acquire()                      # sent after the failure: not suspect yet
     t0 = clock.monotonic()
-    probe = await asyncio.wait_for(s._acquire(), 1)
+    probe = await asyncio.wait_for(s.slots.acquire(), 1)
     assert clock.monotonic() - t0 == s.limit.stall_after_s() == 1.0   # waited on the injected clock
-    assert s._probe == probe and s.limit.in_flight == 2 and s.peak_in_flight == 2
-    s._release(probe, 0.01, False)
-    s._release(hung, 30.0, True)
+    assert s.slots.probe == probe and s.limit.in_flight == 2 and s.peak_in_flight == 2
+    s.slots.release(probe, 0.01, False)
+    s.slots.release(hung, 30.0, True)
 
 
 async def test_a_healthy_request_in_flight_holds_the_slot_until_it_is_stalled() -> None:
     clock = FakeClock()
     s = _sender(clock)
-    first = await s._acquire()
-    waiter = asyncio.create_task(s._acquire())
+    first = await s.slots.acquire()
+    waiter = asyncio.create_task(s.slots.acquire())
     await _settle()
     assert not waiter.done()
-    s._release(first, 0.01, False)                 # answered in time: the waiter takes its slot
+    s.slots.release(first, 0.01, False)                 # answered in time: the waiter takes its slot
     token = await asyncio.wait_for(waiter, 1)
-    assert s._probe is None and s.limit.in_flight == 1
+    assert s.slots.probe is None and s.limit.in_flight == 1
     assert all(w < s.limit.stall_after_s() + 1e-9 for w in clock.waited)
-    s._release(token, 0.01, False)
+    s.slots.release(token, 0.01, False)
 
 
 async def test_a_probe_still_waits_for_the_backoff_gate() -> None:
     clock = FakeClock()
     s = _sender(clock)
-    hung = await s._acquire()
-    s.last_transport_failure = clock.monotonic() + 0.001
+    hung = await s.slots.acquire()
+    s.slots.last_transport_failure = clock.monotonic() + 0.001
     clock.advance(0.01)
     s.resume_at = clock.monotonic() + 0.5          # the failure's backoff
     t0 = clock.monotonic()
-    probe = await asyncio.wait_for(s._acquire(), 1)
-    assert clock.monotonic() - t0 >= 0.5 and s._probe == probe
-    s._release(probe, 0.01, False)
-    s._release(hung, 30.0, True)
+    probe = await asyncio.wait_for(s.slots.acquire(), 1)
+    assert clock.monotonic() - t0 >= 0.5 and s.slots.probe == probe
+    s.slots.release(probe, 0.01, False)
+    s.slots.release(hung, 30.0, True)
 
 
 async def test_while_the_hung_request_stays_out_the_next_requests_go_one_probe_at_a_time() -> None:
     clock = FakeClock()
     s = _sender(clock)
-    hung = await s._acquire()
+    hung = await s.slots.acquire()
     clock.advance(0.01)
-    s.last_transport_failure = clock.monotonic()
+    s.slots.last_transport_failure = clock.monotonic()
     clock.advance(0.01)
     for _ in range(3):                             # delivery goes on, serially, beside the hung one
-        token = await asyncio.wait_for(s._acquire(), 1)
-        assert s._probe == token and s.limit.in_flight == 2 and s.limit.current == 1
-        s._release(token, 0.01, False)             # nobody waiting: the limit stays 1
+        token = await asyncio.wait_for(s.slots.acquire(), 1)
+        assert s.slots.probe == token and s.limit.in_flight == 2 and s.limit.current == 1
+        s.slots.release(token, 0.01, False)             # nobody waiting: the limit stays 1
     assert s.peak_in_flight == 2 and clock.waited == []
-    s._release(hung, 30.0, True)
-    assert s._starts == {} and s.limit.in_flight == 0
+    s.slots.release(hung, 30.0, True)
+    assert s.slots.starts == {} and s.limit.in_flight == 0
