@@ -125,6 +125,12 @@ class FileReader:
                 budget = min(budget, max(4096, int(left * f.line_bytes * ROOM_FILL)))
             else:
                 budget = min(budget, 64 * 1024)     # line length not known yet: a first look
+            sp = h.splitter
+            if sp.skipping or sp.pending_bytes >= budget:
+                # inside a line longer than a read: read on in growing steps (what the carry holds
+                # is copied once more per read), up to a whole CHUNK_BYTES
+                budget = max(budget, min(CHUNK_BYTES, max(READ_BYTES, sp.pending_bytes)))
+            before = h.position
             if f.holder is not None or not self._fusable[f.input_idx]:
                 lines, built, built_docs = h.read(budget), None, 0
             else:
@@ -135,9 +141,17 @@ class FileReader:
                 if was_empty and built_docs:
                     draft.started = now_mono
             nlines = len(lines) + (built.lines if built is not None else 0)
-            if f.quiet and nlines:
+            moved = h.position != before
+            if f.quiet and (nlines or moved):
                 f.quiet = False      # a full round (no inotify to trust): the next check decides
             if not nlines and h.splitter.offset == f.checkpoint.offset:
+                if moved:
+                    # the read ended inside a line (or skipped on through an over-long one): the
+                    # rest is read in the next round, at once; no event will name bytes already
+                    # written, so the file must not wait as one read to its end (issue 41)
+                    progressed = True
+                    backlog = backlog or not h.at_eof
+                    h.last_growth = now_mono
                 continue
             if nlines:
                 first = built.first if built is not None and built.lines else lines[0][0]

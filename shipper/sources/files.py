@@ -64,6 +64,7 @@ class FileSource:
         self._watcher: watch.Watcher | None = None
         self._link_roots: dict[str, str] = {}    # the last rescan's symlinks (Catalog.note_links)
         self._named: set[str] = set()            # paths inotify named, for the parked files' recheck
+        self._recheck_due = False                # some of them are no open file's: the next tick rechecks
         self._unannounced: dict[int, OpenFile] = {}   # id -> quiet file a full check found changed, unnamed so far
         self._drops = 0                          # the watcher's `dropped` when last looked at
         self._scan_drops = 0                     # the same, when the last rescan began
@@ -99,10 +100,7 @@ class FileSource:
         reopen parked files inotify says changed and open what waits; clean old checkpoints."""
         w = self._watcher
         wanted = self._rescan_soon or (w is not None and w.scan_wanted)
-        # the gap grows with what a rescan costs (10,000 files: ~0.15 s), so a directory where
-        # files keep appearing cannot keep a core busy globbing; a new file is found within ~1 s
-        gap = min(1.0, max(RESCAN_MIN_GAP_S, 3 * self._scan_cost_s))
-        if now >= self._next_scan or (wanted and now - self._last_scan >= gap):
+        if now >= self._next_scan or (wanted and now >= self._last_scan + self._rescan_gap()):
             if w is not None:
                 w.scan_wanted = False
             self._rescan_soon = False
@@ -113,6 +111,7 @@ class FileSource:
             if w is not None:
                 self._take_named()
                 named, self._named = self._named, set()
+                self._recheck_due = False
                 self._recheck_modified(named)
             if self.files.waiting:
                 await self.opener.open_waiting()
@@ -165,6 +164,8 @@ class FileSource:
                 f.quiet = False
                 named.append(f)
                 self._unannounced.pop(id(f), None)
+            else:
+                self._recheck_due = True      # a parked file (or an orphan's path): the next tick's
         if len(self._named) + len(paths) > watch.MAX_PENDING_PATHS:
             self._named.clear()
             self._named_lost = True
@@ -212,8 +213,27 @@ class FileSource:
         self._take_named()
         return False
 
+    def _rescan_gap(self) -> float:
+        # the gap grows with what a rescan costs (10,000 files: ~0.15 s), so a directory where
+        # files keep appearing cannot keep a core busy globbing; a new file is found within ~1 s
+        return min(1.0, max(RESCAN_MIN_GAP_S, 3 * self._scan_cost_s))
+
     def next_deadline(self) -> float | None:
-        return self.reader.next_deadline()
+        """The next moment a tick has work to do without any event: a held multiline event's
+        timeout, the recheck of parked files named since the last tick (now), or the rescan
+        inotify asked for once the gap since the last one has passed (an idle wait must end
+        then: nothing else would wake it before the next poll tick)."""
+        dl = self.reader.next_deadline()
+        if self._recheck_due:
+            # a path inotify named after this round's tick that is no open file's (a write to a
+            # parked file during a rescan, taken by a later look): its recheck is the next
+            # tick's, due now, since the wake-up the write caused is spent
+            return self.clock.monotonic()
+        w = self._watcher
+        if self._rescan_soon or (w is not None and w.scan_wanted):
+            due = self._last_scan + self._rescan_gap()
+            dl = due if dl is None else min(dl, due)
+        return dl
 
     def pause_watch(self) -> None:
         if self._watcher is not None:
@@ -324,6 +344,7 @@ class FileSource:
         w.poll()
         self._take_named()
         named, self._named = self._named, set()
+        self._recheck_due = False
         if self._named_lost:
             self._named_lost = False
             return None

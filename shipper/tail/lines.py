@@ -55,6 +55,11 @@ class LineSplitter:
         return len(self._carry)
 
     @property
+    def skipping(self) -> bool:
+        """Inside a line over max_line_bytes, emitted cut: its rest is skipped up to its newline."""
+        return self._skipping
+
+    @property
     def read_position(self) -> int:
         """Where the next chunk must start (offset + bytes held in the carry)."""
         return self.offset + len(self._carry) if not self._skipping else self._skip_pos

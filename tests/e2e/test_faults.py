@@ -9,7 +9,6 @@ where it should be), the daemon alive, and no secret in its output.
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 import os
 import random
@@ -20,8 +19,9 @@ from typing import Any
 import pytest
 
 from shipper.spool.headroom import RESERVE_FILE
+from tests.support.bulk_sink import BulkSink
 from tests.support.daemon import Daemon, write_config
-from tests.support.es import ES
+from tests.support.es import ES, assert_exactly_once
 from tests.support.promptness import Timeline
 from tests.support.proxy import FaultProxy
 from tests.support.wait import wait_until
@@ -279,87 +279,13 @@ def test_two_hosts_with_one_down_costs_nothing(tmp_path, es, fault_proxy, osmem_
         _oracle(es, d, range(3000))
 
 
-class BulkSink:
-    """A fast in-test Elasticsearch stand-in for volume (osmem indexes ~200 docs/s of 3 KB): it
-    answers `_bulk` with `create` semantics (201, or 409 for an `_id` it has), remembers each
-    document's `seq` by `_id`, and stamps each creation on the test's promptness timeline (as the
-    recording proxy does in front of osmem). Stdlib HTTP server on its own threads; loopback only."""
-
-    def __init__(self, timeline: Timeline) -> None:
-        import http.server
-        import threading
-        sink = self
-        self.docs: dict[str, int] = {}
-        self.lock = threading.Lock()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self, status: int, doc: Any) -> None:
-                body = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                self._answer(200, {"version": {"number": "8.0.0-sink"}})
-
-            def do_POST(self) -> None:
-                sent = timeline.bulk_sent()
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    raw = gzip.decompress(raw)
-                lines = raw.split(b"\n")
-                items = []
-                created = []
-                with sink.lock:
-                    for i in range(0, len(lines) - 1, 2):
-                        doc_id = json.loads(lines[i])["create"]["_id"]
-                        seq = json.loads(lines[i + 1])["seq"]
-                        status = 409 if doc_id in sink.docs else 201
-                        sink.docs.setdefault(doc_id, seq)
-                        items.append({"create": {"status": status}})
-                        if status == 201:
-                            created.append(doc_id)
-                timeline.acked(created, sent, announced=True)
-                self._answer(200, {"errors": any(it["create"]["status"] != 201 for it in items), "items": items})
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.docs)
-
-    def assert_exactly_once(self, seqs: Any, timeline: Timeline) -> None:
-        """Each seq once, and each within the promptness bound (tests/support/promptness.py)."""
-        with self.lock:
-            got = sorted(self.docs.values())
-            hits = [{"_id": i, "_source": {"seq": s}} for i, s in self.docs.items()]
-        assert got == sorted(seqs), f"{len(got)} documents, {len(set(got))} distinct seqs"
-        timeline.assert_prompt(hits)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
 @pytest.mark.slow
 def test_backpressure_queue_full_pauses_reading_state_dir_small_rss_flat(tmp_path, daemon_factory, record_property,
                                                                           timeline):
     """1 MiB queue, output down, ~30 MB written: reading pauses, the spool stays small, RSS flat;
     then everything is delivered. The destination is BulkSink behind the FaultProxy, not osmem,
     which would need minutes to index 30 MB."""
-    sink = BulkSink(timeline)
+    sink = BulkSink(timeline)          # osmem would need minutes to index 30 MB
     proxy = FaultProxy(sink.url).start()
     try:
         _backpressure(tmp_path, daemon_factory, record_property, sink, proxy, timeline)
@@ -408,7 +334,9 @@ def _backpressure(tmp_path: Path, daemon_factory: Any, record_property: Any, sin
     wait_until(lambda: sink.count() >= n_lines, lambda: f"{n_lines} documents in the sink (have {sink.count()})",
                timeout_s=60)
     print(f"backpressure: {n_lines} delivered {time.monotonic() - t_up:.1f}s after the output came back")
-    sink.assert_exactly_once(range(n_lines), timeline)
+    assert_exactly_once(sink.hits(), range(n_lines))
+    assert not sink.dups
+    timeline.assert_prompt(sink.hits())
     assert d.alive
     assert d.cli("status", "--json", check=True)
 

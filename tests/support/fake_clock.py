@@ -2,7 +2,8 @@
 
 Monotonic time moves only when told or slept; waits with a timeout give real tasks and threads a
 moment (a spool write, a scan) and then let the fake time run out, so the reader loop runs under
-it at full speed. Wall time is the real clock plus what `advance_wall` added (the pipeline compares
+it at full speed. Every task's timeouts move the one clock; `task_time(name)` is one task's own
+timeline (what its sleeps and timed-out waits took), e.g. the reader loop's ("reader"). Wall time is the real clock plus what `advance_wall` added (the pipeline compares
 checkpoint times with file mtimes, which the kernel sets). `RecordingEvents.wait_for(name)` awaits
 an occurrence instead of sleeping.
 """
@@ -25,6 +26,10 @@ class FakeClock:
         self._fixed_wall = wall
         self.slept: list[float] = []
         self.waited: list[float] = []
+        # per task name, the fake seconds its own sleeps and timed-out waits took: one task's
+        # timeline (every task's timeouts move `mono`; only its own move its entry here)
+        self.idle_s: dict[str, float] = {}
+        self.pokes = 0
 
     @property
     def now(self) -> float:
@@ -48,21 +53,41 @@ class FakeClock:
     def advance_wall(self, s: float) -> None:
         self.wall_offset += s
 
+    def task_time(self, name: str) -> float:
+        """The fake seconds task `name` has spent in sleeps and in waits that timed out."""
+        return self.idle_s.get(name, 0.0)
+
+    def _charge(self, s: float) -> None:
+        task = asyncio.current_task()
+        name = task.get_name() if task is not None else ""
+        self.idle_s[name] = self.idle_s.get(name, 0.0) + s
+
     async def sleep(self, s: float) -> None:
         self.slept.append(s)
         self.advance(s)
+        self._charge(s)
         await asyncio.sleep(0)
+
+    def poke(self) -> None:
+        """Something outside happened now (the test wrote a file): a wait whose slice runs out while
+        it happens is not charged to its task's `task_time` (the event it causes is on its way)."""
+        self.pokes += 1
 
     async def wait(self, event: asyncio.Event, timeout_s: float, coalesce: bool = False) -> bool:
         self.waited.append(timeout_s)
         if event.is_set():
             return True
+        pokes = self.pokes
         try:
             await asyncio.wait_for(event.wait(), REAL_SLICE_S)
             return True
         except TimeoutError:
             self.advance(timeout_s)
-            return event.is_set()
+            if event.is_set():
+                return True
+            if self.pokes == pokes:      # a poke meanwhile: what woke it was on its way, not waited for
+                self._charge(timeout_s)
+            return False
 
 
 class RecordingEvents(Events):
