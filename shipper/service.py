@@ -131,12 +131,12 @@ def vouch_status(state_dir: str) -> bool:
         return False
 
 
-async def open_state(state_dir: str, clock: Clock) -> AsyncSpool:
+async def open_state(state_dir: str, clock: Clock, queue_max_bytes: int | None = None) -> AsyncSpool:
     """The spool (queue, checkpoints, dead letters), opened off the loop. A damaged one raises
     StateDamagedError (exit 3) naming the file: SQLite's quick_check first, then every record as it loads."""
     from shipper.spool.salvage import check_at_start  # salvage's other tools are for `shipper state`
     await asyncio.to_thread(check_at_start, state_dir)
-    return await AsyncSpool.open(state_dir, clock=clock)
+    return await AsyncSpool.open(state_dir, clock=clock, queue_max_bytes=queue_max_bytes)
 
 
 async def build_pipeline(cfg: Config, spool: AsyncSpool, events: Events, clock: Clock, host_name: str | None = None,
@@ -210,7 +210,7 @@ class Service:
         register_config_secrets(self.cfg)
         warn_cleartext_credentials(self.cfg)
         self.lock = StateLock(self.cfg.state_dir)
-        self.spool = await open_state(self.cfg.state_dir, self.clock)
+        self.spool = await open_state(self.cfg.state_dir, self.clock, self.cfg.queue.max_bytes)
         self.metrics.probe("shipper_state_written_bytes_total", self.spool.written_bytes)
         self.pipeline, _files = await build_pipeline(self.cfg, self.spool, self.events, self.clock)
         if self.cfg.metrics.listen:

@@ -142,7 +142,7 @@ class PipeRun:
         loop = asyncio.get_running_loop()
         remaining, dead = 0, 0
         try:
-            aspool = await open_state(cfg.state_dir, self.clock)
+            aspool = await open_state(cfg.state_dir, self.clock, cfg.queue.max_bytes)
             p, src = await build_pipeline(cfg, aspool, self.events, self.clock, stdin=(self.inp, self.fd))
             assert isinstance(src, StdinSource)
             self.p, self.src = p, src

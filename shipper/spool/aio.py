@@ -137,8 +137,9 @@ def thread_written_bytes(native_id: int | None) -> int | None:
     return None
 
 
-def _open(state_dir: str, clock: Clock | None) -> Spool:
-    spool = Spool(state_dir, headroom=True, clock=clock)      # room kept for acks on a full disk (issue 19)
+def _open(state_dir: str, clock: Clock | None, queue_max_bytes: int | None) -> Spool:
+    # room kept for acks on a full disk (issue 19), sized within SPEC's bound of the state dir
+    spool = Spool(state_dir, headroom=True, clock=clock, queue_max_bytes=queue_max_bytes)
     spool.set_autocheckpoint(0)     # on the spool thread's connection: the checkpointer thread does it
     return spool
 
@@ -182,12 +183,12 @@ class AsyncSpool:
 
     @classmethod
     async def open(cls, state_dir: str, *, checkpoint_every_s: float = CHECKPOINT_EVERY_S,
-                   clock: Clock | None = None) -> AsyncSpool:
+                   clock: Clock | None = None, queue_max_bytes: int | None = None) -> AsyncSpool:
         """Open (and, after an older version, read in place) the spool under state_dir/spool, on
-        the spool thread."""
+        the spool thread. `queue_max_bytes` (queue.max_bytes) sizes the full-disk reserve."""
         worker = SpoolThread()
         try:
-            spool = await worker.call(_open, state_dir, clock)
+            spool = await worker.call(_open, state_dir, clock, queue_max_bytes)
         except Exception:
             worker.stop(wait=True)         # the open has ended: the thread is idle, it ends at once
             raise

@@ -4,6 +4,7 @@ a full disk, anything else). Which rows are written is store.Spool's; none is re
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
@@ -13,6 +14,10 @@ import diskcache
 from shipper.errors import SpoolCorruptError, SpoolFullError
 from shipper.spool.disk import DataDisk
 from shipper.spool.headroom import Headroom
+
+# The WAL is checkpointed and truncated once it holds more than this (`Writes._bound_wal`): with the
+# full-disk reserve (at most 2 MiB) it is most of the state dir's 8 MiB beside the queue (SPEC).
+WAL_MAX_BYTES = 2 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -84,15 +89,19 @@ class Writes:
     empty transaction probes the connection, and if it cannot begin, the connection is closed
     (which rolls back) and the next call opens it anew, with our settings applied again."""
 
-    def __init__(self, cache: diskcache.Cache, headroom: Headroom | None) -> None:
+    def __init__(self, cache: diskcache.Cache, headroom: Headroom | None, db_path: str = "") -> None:
         self.cache = cache
         self.headroom = headroom
         self.autocheckpoint: int | None = None
+        self.db_path = db_path
+        self._unlooked = 0                  # bytes written since the WAL's size was last looked at
+        self._ckpt: sqlite3.Connection | None = None
 
-    def run(self, fn: Callable[[], T]) -> T:
-        """Run a write; a full disk becomes SpoolFullError (and the headroom's reserve is given back)."""
+    def run(self, fn: Callable[[], T], nbytes: int = 0) -> T:
+        """Run a write (of about `nbytes`); a full disk becomes SpoolFullError (and the headroom's
+        reserve is given back)."""
         try:
-            return fn()
+            out = fn()
         except BaseException as e:
             self._recover()
             if is_full(e):
@@ -100,6 +109,33 @@ class Writes:
                     self.headroom.hit_full()        # the reserve goes: acks and checkpoints get room
                 raise SpoolFullError(f"state_dir is full: {e}") from e
             raise
+        if self.headroom is not None and nbytes:
+            self._unlooked += nbytes
+            if self._unlooked >= WAL_MAX_BYTES // 2:
+                self._unlooked = 0
+                self._bound_wal()
+        return out
+
+    def _bound_wal(self) -> None:
+        """Past WAL_MAX_BYTES, checkpoint the WAL and truncate it, here on the one writer's thread
+        between two transactions. The checkpointer thread's passive checkpoints never restart a WAL
+        that a writer without pause keeps appending to: it grew by every byte spooled (13 MB in a
+        2 s drain of a 1 MiB queue), past SPEC's bound of the state dir (queue.max_bytes plus 8 MiB
+        of everything else). Only then does a commit wait for a checkpoint (a full disk: the
+        checkpointer thread's retries go on)."""
+        try:
+            if os.path.getsize(self.db_path + "-wal") <= WAL_MAX_BYTES:
+                return
+            if self._ckpt is None:
+                self._ckpt = sqlite3.connect(self.db_path, timeout=60, isolation_level=None, check_same_thread=False)
+            self._ckpt.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except (OSError, sqlite3.Error):
+            pass
+
+    def close(self) -> None:
+        if self._ckpt is not None:
+            self._ckpt.close()
+            self._ckpt = None
 
     def _recover(self) -> None:
         try:

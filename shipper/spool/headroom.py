@@ -16,7 +16,10 @@ from shipper.errors import SpoolFullError
 log = logging.getLogger("shipper.spool")
 
 RESERVE_FILE = "reserve"               # state_dir/reserve: zeros, given back when the disk is full
-MAX_RESERVE_BYTES = 32 * 1024 * 1024
+# SPEC (Delivery): the state dir holds at most queue.max_bytes of queue plus 8 MiB of everything else
+# (checkpoints, reserves, status). The reserve (and the WAL left after a checkpoint, cut to the same
+# size) is one share of those 8 MiB: at most 2 MiB, and at most an eighth of the queue's bound.
+MAX_RESERVE_BYTES = 2 * 1024 * 1024
 MIN_RESERVE_BYTES = 64 * 1024
 # A look at the free space (statvfs, and the WAL's size) that said yes is trusted for the batches
 # that follow it for this long, while what they add leaves this many margins free: a steady trickle
@@ -27,9 +30,11 @@ REUSE_S = 1.0
 REUSE_MARGINS = 4
 
 
-def reserve_size(total_bytes: int, max_bytes: int = MAX_RESERVE_BYTES) -> int:
-    """The margin for a filesystem of `total_bytes`: 1/16 of it, between 64 KiB and `max_bytes`."""
-    return max(MIN_RESERVE_BYTES, min(max_bytes, total_bytes // 16))
+def reserve_size(total_bytes: int, max_bytes: int = MAX_RESERVE_BYTES, queue_max_bytes: int | None = None) -> int:
+    """The margin for a filesystem of `total_bytes` under a queue bounded at `queue_max_bytes`:
+    1/16 of the filesystem and 1/8 of the queue's bound, between 64 KiB and `max_bytes`."""
+    cap = max_bytes if queue_max_bytes is None else min(max_bytes, queue_max_bytes // 8)
+    return max(MIN_RESERVE_BYTES, min(cap, total_bytes // 16))
 
 
 def should_write(free_bytes: int, nbytes: int, reserve_bytes: int, full: bool, *, total_bytes: int = 0,
@@ -67,7 +72,7 @@ class Headroom:
 
     def __init__(self, state_dir: str, max_reserve_bytes: int = MAX_RESERVE_BYTES,
                  statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, queue_max_bytes: int | None = None) -> None:
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, RESERVE_FILE)
         self._statvfs = statvfs
@@ -77,7 +82,7 @@ class Headroom:
         self._wal_seen = 0                      # the WAL's size at the last look of check_batches
         st = statvfs(state_dir)
         self.total_bytes = st.f_blocks * st.f_frsize
-        self.reserve_bytes = reserve_size(self.total_bytes, max_reserve_bytes)
+        self.reserve_bytes = reserve_size(self.total_bytes, max_reserve_bytes, queue_max_bytes)
         self.free_bytes = st.f_bavail * st.f_frsize
         self.full = False
         self.has_reserve = self._make_reserve()

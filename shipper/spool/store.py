@@ -44,7 +44,7 @@ class Spool:
     """
 
     def __init__(self, state_dir: str, *, read_only: bool = False, headroom: bool = False,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, queue_max_bytes: int | None = None) -> None:
         self.clock = clock or SystemClock()             # wall time: when a batch was queued, a row quarantined
         path = os.path.join(state_dir, "spool")
         if read_only and not os.path.isdir(path):
@@ -56,7 +56,8 @@ class Spool:
         self.read_only = read_only
         self.quarantined = 0                                # batch rows set aside: they did not decode
         # the daemon's spool keeps room for acks on a full disk (issue 19); tools and tests do not
-        self.headroom = Headroom(state_dir, clock=self.clock) if headroom and not read_only else None
+        self.headroom = Headroom(state_dir, clock=self.clock, queue_max_bytes=queue_max_bytes) \
+            if headroom and not read_only else None
         try:
             self.cache = open_cache(path, self.db_path)
         except sqlite3.OperationalError:
@@ -67,7 +68,7 @@ class Spool:
             self.cache = open_cache(path, self.db_path)
         if not read_only:
             statedir.private_sqlite_files(path)
-        self.writes = Writes(self.cache, self.headroom)
+        self.writes = Writes(self.cache, self.headroom, self.db_path)
         try:
             # read-only beside a running daemon: the rows are read one by one (diskcache has no
             # read snapshot), so an ack between the listing and the read of a row makes that row
@@ -101,6 +102,7 @@ class Spool:
         return got.whole
 
     def close(self) -> None:
+        self.writes.close()
         self.cache.close()
 
     @property
@@ -158,7 +160,7 @@ class Spool:
                 for seq, value in values:
                     self.cache.set(seq, value)
 
-        self.writes.run(tx)
+        self.writes.run(tx, sum(len(v) for _, v in values))
         self._queued(out, stamped)
         return out
 
@@ -215,7 +217,7 @@ class Spool:
                 else:
                     self._set_checkpoints(stamped)
 
-        self.writes.run(tx)
+        self.writes.run(tx, sum(len(v) for _, v in values))
         self._dropped(acked, settle)
         if not values:
             self.book.remember(stamped, None)
@@ -383,7 +385,7 @@ class Spool:
         stored = gzip_compress(body) if gzip else body
         new = BatchMeta(seq, events, len(body), len(stored), gzip, meta.covers, meta.at)
         value = rows.pack_batch(new, self.book.carries.get(seq, {}), stored)
-        self.writes.run(lambda: self.cache.set(seq, value))
+        self.writes.run(lambda: self.cache.set(seq, value), len(value))
         self.pending[seq] = new
         return new
 

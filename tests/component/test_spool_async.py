@@ -295,3 +295,24 @@ async def test_written_bytes_counts_what_the_spool_threads_wrote(tmp_path: Path)
         assert w2 is not None and 0 < w2 - w1 < 64 * 1024      # a checkpoint row: a few pages, not the body again
     finally:
         await a.close()
+
+
+async def test_a_spool_written_without_pause_keeps_its_wal_bounded(tmp_path: Path) -> None:
+    """A writer that never pauses kept a passive checkpoint from ever restarting the WAL: it grew by
+    every byte spooled (13 MB in a 2 s drain of a 1 MiB queue), past SPEC's bound of the state dir
+    (queue.max_bytes plus 8 MiB). Past WAL_MAX_BYTES it is checkpointed and truncated at once."""
+    from shipper.spool.database import WAL_MAX_BYTES
+    a = await AsyncSpool.open(str(tmp_path), queue_max_bytes=1 << 20)
+    wal = tmp_path / "spool" / "cache.db-wal"
+    peak = 0
+    try:
+        blob = os.urandom(96 * 1024).hex().encode()          # gzip cannot shrink it: ~190 KiB a batch
+        for i in range(120):                                 # ~23 MB through a queue that stays small
+            [(m, _)] = await a.commit([(b'{"create":{}}\n{"b":"%s"}\n' % blob, 1)], {"a": (i, i + 1)},
+                                      [cp("a", i + 1)], True)
+            await a.ack(m.seq)
+            peak = max(peak, wal.stat().st_size if wal.exists() else 0)
+        # the whole burst went through a WAL of a few MiB (a look every WAL_MAX_BYTES / 2 written)
+        assert peak <= WAL_MAX_BYTES + WAL_MAX_BYTES // 2 + 256 * 1024, peak
+    finally:
+        await a.close()

@@ -22,8 +22,15 @@ MiB = 1 << 20
 
 def test_the_margin_is_a_sixteenth_of_the_filesystem_within_bounds() -> None:
     assert reserve_size(3 * MiB) == 3 * MiB // 16
-    assert reserve_size(100 * 1024 * MiB) == 32 * MiB
     assert reserve_size(100_000) == 64 * 1024
+    # SPEC (Delivery): the state dir holds at most queue.max_bytes of queue plus 8 MiB of everything
+    # else (checkpoints, reserves, status): the reserve is one share of those 8 MiB, and an eighth
+    # of the queue's bound at most
+    assert reserve_size(100 * 1024 * MiB) == 2 * MiB
+    assert reserve_size(100 * 1024 * MiB, queue_max_bytes=1024 * MiB) == 2 * MiB
+    assert reserve_size(100 * 1024 * MiB, queue_max_bytes=MiB) == 128 * 1024
+    assert reserve_size(100 * 1024 * MiB, queue_max_bytes=64 * 1024) == 64 * 1024
+    assert reserve_size(3 * MiB, queue_max_bytes=1024 * MiB) == 3 * MiB // 16
 
 
 def test_writing_stops_before_the_margin_and_starts_again_only_after_a_drain_or_much_room() -> None:
@@ -80,7 +87,7 @@ def test_the_reserve_is_made_released_on_a_full_disk_and_made_again(tmp_path: Pa
 def test_a_steady_trickle_looks_once_a_second_and_every_batch_near_the_edge(tmp_path: Path) -> None:
     fs = FakeFs(1024 * MiB, 512 * MiB)
     clock = FakeClock(start=0.0)
-    h = Headroom(str(tmp_path), statvfs=fs.statvfs, clock=clock)
+    h = Headroom(str(tmp_path), statvfs=fs.statvfs, clock=clock, max_reserve_bytes=32 * MiB)
     assert h.reserve_bytes == 32 * MiB
     assert not h.clear_for(MiB)                       # nothing to trust before a look said yes
     looks = fs.looks
