@@ -17,6 +17,17 @@ Line = tuple[int, int, bytes, int]
 # None when it leaves the chunk to feed (and the caller's build).
 SplitBuild = Callable[[Any, bytes, int, int, int], "tuple[int, int, int, int, int, int, int] | None"]
 
+# A joined container record (parse/container_join.py): (start, end, data, flags, stream, time,
+# attrs). start/end/data/flags as a Line's: start is the first piece's start, end the last piece's
+# end, data the joined text (without its newline or a final \r). stream is "stdout" or "stderr";
+# "" for a line that is no container record (format auto: a plain line of the file, parsed as
+# usual; docker/cri: a line flagged FLAG_CONTAINER_UNPARSED), then time is "" (no runtime time).
+# time: the first piece's runtime time text (RFC 3339, as written); attrs: Docker's, or None.
+ContainerEvent = tuple[int, int, bytes, int, str, str, "dict[str, Any] | None"]
+# What a holder (the multiline aggregator, the container joiner) lets go of: events (lines or
+# multiline groups) and joined container records, in that order.
+Held = tuple[list[Line], list[ContainerEvent]]
+
 FLAG_TRUNCATED = 1          # the line was longer than max_line_bytes and was cut
 FLAG_MULTILINE_CAPPED = 2   # a multiline event reached max_lines
 FLAG_CONTAINER_UNPARSED = 4  # format docker/cri: the line is no record of that format (shipped as a plain line)

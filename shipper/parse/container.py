@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import orjson
 
+from shipper.model import ContainerEvent
+
 __all__ = ["ContainerEvent", "ContainerFormat", "Record", "decode_auto", "decode_cri", "decode_docker",
            "is_container_record", "looks_like_container", "parse_rfc3339", "physical_max_line_bytes"]
 
@@ -20,13 +22,6 @@ ContainerFormat = Literal["docker", "cri", "auto"]
 # `text` is the record's bytes without the newline that ends a complete Docker record.
 Record = tuple[str, bool, str, bytes, "dict[str, Any] | None"]
 
-# A joined record (what `feed` returns): (start, end, data, flags, stream, time, attrs).
-# start/end/data/flags as in a `Line`: start is the first piece's start, end the last piece's end,
-# data the joined text (without its newline or a final \r), flags FLAG_*. stream is "stdout" or
-# "stderr"; "" for a line that is no container record (format auto: a plain line of the file, parsed
-# as usual; docker/cri: a line flagged FLAG_CONTAINER_UNPARSED), then time is "" (no runtime time).
-# time: the first piece's runtime time text (see `Record`).
-ContainerEvent = tuple[int, int, bytes, int, str, str, "dict[str, Any] | None"]
 
 STREAMS = ("stdout", "stderr")
 DOCKER_PIECE_BYTES = 16 * 1024        # dockerd's copier cuts a line into pieces of this many raw bytes

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_TRUNCATED, Line
+from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_TRUNCATED, Held, Line
 from shipper.parse.container import (
     DOCKER_HEAD,
     ContainerEvent,
@@ -153,6 +153,26 @@ class ContainerJoiner:
             if text:
                 append((start, end, text, flags, stream, t, attrs))
         return out
+
+    # ------------------------------------------------------------ as a file's holder (tail/fileset.Holder)
+
+    waits_closed = True       # a partial record may wait closed: the checkpoint stays at its first piece
+
+    def hold(self, lines: list[Line], now: float) -> Held:
+        """A batch of the file's lines: the records they complete, or the lines themselves when
+        none can be a record (`feed_lines`: None)."""
+        records = self.feed_lines(lines, now)
+        return (lines, []) if records is None else ([], records)
+
+    def release_due(self, now: float) -> Held:
+        return [], self.flush_due(now)
+
+    def release(self, tail: list[Line], now: float) -> Held:
+        """The file will not grow again: `tail` fed, then every partial record and held event."""
+        recs: list[ContainerEvent] = []
+        for ln in tail:
+            recs.extend(self.feed(ln, now))
+        return [], recs + self.flush()
 
     def flush_due(self, now: float) -> list[ContainerEvent]:
         """Multiline events whose last line is at least the timeout old."""

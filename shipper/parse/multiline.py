@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from shipper.model import FLAG_MULTILINE_CAPPED, Line
+from shipper.model import FLAG_MULTILINE_CAPPED, Held, Line
 
 __all__ = ["MultilineAggregator"]
 
@@ -98,6 +98,25 @@ class MultilineAggregator:
         if self._parts:
             return [self._complete(0)]
         return []
+
+    # ------------------------------------------------------------ as a file's holder (tail/fileset.Holder)
+
+    waits_closed = False      # a held event is not kept across a close: the file stays open
+
+    def hold(self, lines: list[Line], now: float) -> Held:
+        """A batch of the file's lines: the events they complete."""
+        evs: list[Line] = []
+        for ln in lines:
+            evs.extend(self.feed(ln, now))
+        return evs, []
+
+    def release_due(self, now: float) -> Held:
+        return self.flush_due(now), []
+
+    def release(self, tail: list[Line], now: float) -> Held:
+        """The file will not grow again: `tail` (its last line without newline) fed, then all held."""
+        evs, _ = self.hold(tail, now)
+        return evs + self.flush(), []
 
     # ------------------------------------------------------------ internals
 

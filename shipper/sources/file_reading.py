@@ -1,16 +1,6 @@
-"""Reading open files into the draft, and what happens to an open file: rotation, truncation, its end.
-
-Lines of each open file are parsed (multiline, then the input's document builder) into the
-writer's draft together with the checkpoint move they make. A file renamed or deleted is read to
-its end; a truncated one (copytruncate) goes on as a new incarnation from 0 while its unread range
-is read from the copy logrotate left beside it (looked for off the loop).
-
-Container logs (format docker/cri; format auto once a file shows a Docker or CRI record): a
-`ContainerJoiner` per open file joins the partial records per stream (and runs multiline per
-stream after it); the checkpoint never passes its `pending_start`, so a record hanging at the end
-of a file, or at a kill -9, is re-read whole. The splitter's cap lets a physical line through
-(`physical_max_line_bytes`); the joined record is cut at max_line_bytes.
-"""
+"""Reading open files into the draft: lines fed through the file's holder (multiline, the container
+joiner) and built by the input's DocBuilder, with the checkpoint move they make; and what happens
+to an open file: rotation, truncation (the unread range read from logrotate's copy), deletion, its end."""
 
 from __future__ import annotations
 
@@ -47,6 +37,12 @@ def _container_edge(first: bytes, last: bytes) -> bool:
 
 
 class FileReader:
+    """Container logs (format docker/cri; format auto once a file shows a Docker or CRI record): a
+    `ContainerJoiner` per open file joins the partial records per stream (and runs multiline per
+    stream after it); the checkpoint never passes its `pending_start`, so a record hanging at
+    the end of a file, or at a kill -9, is re-read whole. The splitter's cap lets a physical
+    line through (`physical_max_line_bytes`); the joined record is cut at max_line_bytes."""
+
     def __init__(self, cfg: Config, catalog: Catalog, files: FileSet, recovery: Recovery, writer: Drafts,
                  events: Events, clock: Clock, host_name: str, rescan_soon: Callable[[], None]) -> None:
         self.cfg = cfg
@@ -193,15 +189,8 @@ class FileReader:
         if not grouped:
             if holder is None and lines and self.cfg.inputs[f.input_idx].format == "auto":
                 holder = self._sniff(f, lines)
-            if isinstance(holder, ContainerJoiner):
-                records = holder.feed_lines(lines, now_mono)
-                if records is not None:
-                    lines = []          # None: no record among them, built as plain lines
-            elif isinstance(holder, MultilineAggregator):
-                evs: list[Line] = []
-                for ln in lines:
-                    evs.extend(holder.feed(ln, now_mono))
-                lines = evs
+            if holder is not None:
+                lines, records = holder.hold(lines, now_mono)
         draft = self.writer.draft
         if draft.empty():
             draft.started = now_mono
@@ -241,14 +230,9 @@ class FileReader:
             agg = f.holder
             if agg is None or agg.next_deadline is None or agg.next_deadline > now_mono:
                 continue
-            if isinstance(agg, ContainerJoiner):
-                recs = agg.flush_due(now_mono)
-                if recs:
-                    self.take(f, [], self.clock.time(), now_mono, grouped=True, records=recs)
-            elif isinstance(agg, MultilineAggregator):
-                evs = agg.flush_due(now_mono)
-                if evs:
-                    self.take(f, evs, self.clock.time(), now_mono, grouped=True)
+            evs, recs = agg.release_due(now_mono)
+            if evs or recs:
+                self.take(f, evs, self.clock.time(), now_mono, grouped=True, records=recs)
 
     def next_deadline(self) -> float | None:
         out: float | None = None
@@ -311,7 +295,7 @@ class FileReader:
                 if idle_s >= DELETED_GRACE_S:
                     self.finish(key, f, "deleted")
             elif idle_s >= self.cfg.inputs[f.input_idx].close_inactive_s and (
-                    not f.holds_lines() or isinstance(f.holder, ContainerJoiner)):
+                    not f.holds_lines() or (f.holder is not None and f.holder.waits_closed)):
                 # a partial container record may wait closed: the checkpoint is at its first
                 # piece, so reopened (it grew) the file is read from there and the record joined
                 self.park(key, f, "inactive")
@@ -392,20 +376,7 @@ class FileReader:
         (or the partial container records) held for it, complete now."""
         tail = f.harvester.flush_partial()
         holder = f.holder
-        now = self.clock.monotonic()
-        if isinstance(holder, ContainerJoiner):
-            recs: list[ContainerEvent] = []
-            for ln in tail:
-                recs.extend(holder.feed(ln, now))
-            recs.extend(holder.flush())
-            return [], recs
-        if not isinstance(holder, MultilineAggregator):
-            return tail, []
-        evs: list[Line] = []
-        for ln in tail:
-            evs.extend(holder.feed(ln, now))
-        evs.extend(holder.flush())
-        return evs, []
+        return (tail, []) if holder is None else holder.release(tail, self.clock.monotonic())
 
     def take_final(self, f: OpenFile) -> bool:
         """`final_events` into the draft; False when there were none."""

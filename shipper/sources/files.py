@@ -1,10 +1,7 @@
-"""Files as a source: globs -> the open-file set -> lines in the draft, with rotation followed by identity.
-
-Composition of the tail rooms: discovery (globs, inotify), the catalog (incarnations and their
-checkpoints), the open decision (`tail/adopt.py`), recovery (orphans, successors), the open-file
-set under `max_open_files`, and `file_reading.py`. The rescan (globs + stat, off the loop) decides
-what exists; inotify only hurries it. Every look that blocks runs in a thread.
-"""
+"""Files as a source: globs -> the open-file set -> lines in the draft, rotation followed by identity.
+Composes the tail rooms (discovery, catalog, adopt, recovery, the file set) with file_opening.py,
+file_reading.py and file_watch.py; the rescan (globs and stats, off the loop) decides what exists,
+the watcher only hurries it. Every look that blocks runs in a thread."""
 
 from __future__ import annotations
 
@@ -12,7 +9,6 @@ import asyncio
 import fnmatch
 import logging
 import os
-import time
 from collections.abc import Mapping
 
 from shipper.clock import Clock
@@ -22,9 +18,10 @@ from shipper.model import Checkpoint, Draft, FileStatus
 from shipper.sources.base import Drafts, Progress, Room, lowest_unshipped
 from shipper.sources.file_opening import FileOpener
 from shipper.sources.file_reading import FileReader
+from shipper.sources.file_watch import FULL_LOOK_S, WatchedWrites
 from shipper.tail import discovery, identity, look, opening, watch
 from shipper.tail.catalog import Catalog
-from shipper.tail.fileset import Candidate, FileSet, Key, OpenFile
+from shipper.tail.fileset import Candidate, FileSet, Key
 from shipper.tail.opening import Refused
 from shipper.tail.recovery import Recovery
 from shipper.tail.scan import Scanner
@@ -32,10 +29,6 @@ from shipper.tail.scan import Scanner
 log = logging.getLogger("shipper.tail")
 
 RESCAN_MIN_GAP_S = 0.2        # inotify-triggered rescans (something was created or moved in) at most this often
-# A file read to its end and unchanged is quiet: read rounds and checks pass it by until inotify
-# names its path. Every FULL_LOOK_S (each rescan is one) every open file is checked anyway (fstat),
-# for writes no event names (a hard link written elsewhere: that file is then read every round).
-FULL_LOOK_S = 10.0
 
 
 class FileSource:
@@ -61,17 +54,8 @@ class FileSource:
         self._scan_every = min((i.scan_interval_s for i in cfg.inputs), default=10.0)
         self._clean_every = min(300.0, max(0.5, cfg.clean_removed_after_s / 2))
         self._next_clean = clock.monotonic() + self._clean_every
-        self._watcher: watch.Watcher | None = None
+        self.writes = WatchedWrites(self.files, self.reader, self._want_rescan)   # what the watcher vouches for
         self._link_roots: dict[str, str] = {}    # the last rescan's symlinks (Catalog.note_links)
-        self._named: set[str] = set()            # paths inotify named, for the parked files' recheck
-        self._recheck_due = False                # some of them are no open file's: the next tick rechecks
-        self._unannounced: dict[int, OpenFile] = {}   # id -> quiet file a full check found changed, unnamed so far
-        self._drops = 0                          # the watcher's `dropped` when last looked at
-        self._scan_drops = 0                     # the same, when the last rescan began
-        self._named_lost = False                 # names dropped (too many): the next rescan stats every parked file
-        self._dropped_at = float("-inf")         # monotonic: when it was seen to have grown
-        self._next_full = 0.0                    # monotonic: the next full look at every open file
-        self._full_check = True                  # a full check is due
         self._warned_incomplete = False
         self._scanner = Scanner()                # the rescans' listings of unchanged directories
 
@@ -80,25 +64,23 @@ class FileSource:
     @property
     def watching(self) -> bool:
         """inotify (or watchdog) wakes the reader on every write: the fallback poll may back off."""
-        return self._watcher is not None and self._watching
-
-    _watching = False
+        return self.writes.watcher is not None and self.writes.watching
 
     # ---------------------------------------------------------------- the seam
 
     async def start(self, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-        self._watcher = watch.make_watcher(loop, wake)
+        w = self.writes.watcher = watch.make_watcher(loop, wake)
         try:
-            await asyncio.to_thread(self._watcher.watch, self.cfg.inputs)
-            self._watching = True
+            await asyncio.to_thread(w.watch, self.cfg.inputs)
+            self.writes.watching = True
         except Exception as e:  # watching is an optimisation; the rescan is the truth
             log.warning("file watching unavailable, relying on rescans", extra={"error": str(e)})
 
     async def tick(self, now: float) -> None:
         """A full rescan on schedule, or soon after inotify saw something created or moved in; else
         reopen parked files inotify says changed and open what waits; clean old checkpoints."""
-        w = self._watcher
+        w = self.writes.watcher
         wanted = self._rescan_soon or (w is not None and w.scan_wanted)
         if now >= self._next_scan or (wanted and now >= self._last_scan + self._rescan_gap()):
             if w is not None:
@@ -109,10 +91,7 @@ class FileSource:
             self._next_scan = self.clock.monotonic() + self._scan_every
         else:
             if w is not None:
-                self._take_named()
-                named, self._named = self._named, set()
-                self._recheck_due = False
-                self._recheck_modified(named)
+                self._recheck_modified(self.writes.take_recheck())
             if self.files.waiting:
                 await self.opener.open_waiting()
         if now >= self._next_clean:
@@ -120,102 +99,22 @@ class FileSource:
             self._next_clean = self.clock.monotonic() + self._clean_every
 
     def read_round(self, room: Room, now_wall: float, now_mono: float) -> Progress:
-        full = self._full_look(now_mono)
-        if self._unannounced:
-            self._judge_unannounced(now_mono)
+        full = self.writes.full_look(now_mono)
+        if self.writes.unannounced:
+            self.writes.judge_unannounced(now_mono)
         return self.reader.read_round(room, now_wall, now_mono, full)
 
     def flush_due(self, now_mono: float) -> None:
         self.reader.flush_due(now_mono)
 
     async def check(self, now_mono: float) -> None:
-        targeted = self._targeted()
-        full = self._full_check or not targeted
-        self._full_check = False
-        if full and targeted:
-            w = self._watcher
-            assert w is not None
-            w.poll()                 # writes already named are no news to the full check
-            self._take_named()
+        full, targeted = self.writes.check_is_full()
         await self.reader.check(now_mono, full)
-        self._collect_unannounced(targeted)
-
-    # ---------------------------------------------------------------- quiet files
-
-    def _targeted(self) -> bool:
-        """inotify names every write under the globs: read rounds may pass quiet files by."""
-        w = self._watcher
-        return w is not None and self._watching and w.names_writes and w.incomplete is None
-
-    def _take_named(self) -> list[OpenFile]:
-        """The paths inotify named since the last call: an open file at one is not quiet any more
-        (returned); the paths are kept for the parked files' recheck at the next tick."""
-        w = self._watcher
-        if w is None:
-            return []
-        paths = w.take_modified()
-        if not paths:
-            return []
-        open_at = self.files.open_at
-        named = []
-        for path in paths:
-            f = open_at(path)
-            if f is not None:
-                f.quiet = False
-                named.append(f)
-                self._unannounced.pop(id(f), None)
-            else:
-                self._recheck_due = True      # a parked file (or an orphan's path): the next tick's
-        if len(self._named) + len(paths) > watch.MAX_PENDING_PATHS:
-            self._named.clear()
-            self._named_lost = True
-            self._rescan_soon = True       # too many to recheck one by one: the rescan looks at all
-        else:
-            self._named.update(paths)
-        return named
-
-    def _collect_unannounced(self, targeted: bool) -> None:
-        """Quiet files a full check found changed: judged at the next read round."""
-        found = self.reader.unannounced
-        if found:
-            if targeted:
-                for f in found:
-                    self._unannounced[id(f)] = f
-            found.clear()
-
-    def _judge_unannounced(self, now: float) -> None:
-        """Quiet files an earlier full check found changed: inotify queues an event in the write
-        itself, so by now (a round later: a write still under way then has returned) every write
-        seen then has been named once the queue is read. A file not named was written where no
-        watch sees it (a hard link elsewhere, another mount): it is read every round from now on."""
-        w = self._watcher
-        if w is not None:
-            w.poll()
-            self._take_named()            # drops the files named from _unannounced
-            if w.dropped != self._drops:
-                self._drops, self._dropped_at = w.dropped, now
-        found, self._unannounced = self._unannounced, {}
-        if now - self._dropped_at < 2 * FULL_LOOK_S:
-            return      # inotify lost events lately (overflow): their writes are no evidence
-        for f in found.values():
-            h = f.harvester
-            self.files.mark_unreported((h.dev, h.inode), f)
-
-    def _full_look(self, now: float) -> bool:
-        """Whether this read round reads every open file: only where inotify may not name a write.
-        Else quiet files are passed by, and every FULL_LOOK_S the check looks at every open file
-        (an fstat shows a write no event named; the file is then read like any other)."""
-        if not self._targeted():
-            return True
-        if now >= self._next_full:
-            self._next_full = now + FULL_LOOK_S
-            self._full_check = True
-        self._take_named()
-        return False
+        self.writes.collect_unannounced(targeted)
 
     def _rescan_gap(self) -> float:
-        # the gap grows with what a rescan costs (10,000 files: ~0.15 s), so a directory where
-        # files keep appearing cannot keep a core busy globbing; a new file is found within ~1 s
+        # the gap grows with what a rescan costs (docs/development.md), so a directory where files
+        # keep appearing cannot keep a core busy globbing; a new file is still found within a second
         return min(1.0, max(RESCAN_MIN_GAP_S, 3 * self._scan_cost_s))
 
     def next_deadline(self) -> float | None:
@@ -224,33 +123,33 @@ class FileSource:
         inotify asked for once the gap since the last one has passed (an idle wait must end
         then: nothing else would wake it before the next poll tick)."""
         dl = self.reader.next_deadline()
-        if self._recheck_due:
+        if self.writes.recheck_due:
             # a path inotify named after this round's tick that is no open file's (a write to a
             # parked file during a rescan, taken by a later look): its recheck is the next
             # tick's, due now, since the wake-up the write caused is spent
             return self.clock.monotonic()
-        w = self._watcher
+        w = self.writes.watcher
         if self._rescan_soon or (w is not None and w.scan_wanted):
             due = self._last_scan + self._rescan_gap()
             dl = due if dl is None else min(dl, due)
         return dl
 
     def pause_watch(self) -> None:
-        if self._watcher is not None:
-            self._watcher.pause()
+        if self.writes.watcher is not None:
+            self.writes.watcher.pause()
 
     def resume_watch(self) -> None:
-        if self._watcher is not None:
-            self._watcher.resume()
+        if self.writes.watcher is not None:
+            self.writes.watcher.resume()
 
     def drain_watch(self) -> None:
-        if self._watcher is not None:
-            self._watcher.drain()
+        if self.writes.watcher is not None:
+            self.writes.watcher.drain()
 
     async def stop(self) -> None:
-        if self._watcher is not None:
-            await asyncio.to_thread(self._watcher.stop)
-            self._watcher = None
+        if self.writes.watcher is not None:
+            await asyncio.to_thread(self.writes.watcher.stop)
+            self.writes.watcher = None
         await self.reader.read_deleted_to_end()
 
     def close(self) -> None:
@@ -263,12 +162,9 @@ class FileSource:
     def status(self, shipped: Mapping[str, int], writing: list[Draft]) -> list[FileStatus]:
         out = []
         drafts = [*writing, self.reader.writer.draft]
-        targeted = self._targeted()
+        targeted = self.writes.targeted()
         if targeted:
-            w = self._watcher
-            assert w is not None
-            w.poll()
-            self._take_named()       # a file written since is not quiet: its size is looked at
+            self.writes.poll()       # a file written since is not quiet: its size is looked at
         for f in list(self.files.open.values()):
             h = f.harvester
             cp = f.checkpoint
@@ -294,12 +190,9 @@ class FileSource:
         """While every open file is quiet (inotify names any write): what moves whenever one of
         `status`'s rows may change (opens and closes, checkpoint moves), so the status tick may
         keep the last rows while it stays the same; None when rows must be made afresh."""
-        if not self._targeted():
+        if not self.writes.targeted():
             return None
-        w = self._watcher
-        assert w is not None
-        w.poll()
-        self._take_named()
+        self.writes.poll()
         if self.files.awake:
             return None
         return self.files.changes, self.reader.moves
@@ -335,48 +228,6 @@ class FileSource:
                 return i
         return None
 
-    def _named_for_scan(self) -> set[str] | None:
-        """Every path inotify named since the last look (read now: the rescan relies on it), for
-        the rescan to stat afresh; None when some may be missing (too many to keep)."""
-        w = self._watcher
-        if w is None:
-            return None
-        w.poll()
-        self._take_named()
-        named, self._named = self._named, set()
-        self._recheck_due = False
-        if self._named_lost:
-            self._named_lost = False
-            return None
-        return named
-
-    def _known_for_scan(self, named: set[str] | None) -> tuple[dict[str, Key], set[str]]:
-        """The files whose last lstat the rescan may reuse where their directory is unchanged, and
-        those of them it must stat afresh all the same. Reused: the open ones (their fd tells size
-        and times), and the parked ones inotify did not name since the last look, while it names
-        every write. Stat'ed afresh: a parked file named, or once written where no event named it
-        (`FileSet.unreported`); every parked file after lost events or names; all of them at the
-        Scanner's scans that reuse nothing (one in FULL_EVERY), which catch a write no event named
-        (a hard link elsewhere, mmap, another host on NFS) within a minute at the default
-        scan_interval. Where inotify may not name a write, parked files are not known at all."""
-        known = self.files.open_paths()
-        fresh: set[str] = set()
-        w = self._watcher
-        drops = w.dropped if w is not None else 0
-        if self._targeted():
-            parked = self.files.parked_paths()
-            trusted = named is not None and drops == self._scan_drops
-            unreported = self.files.unreported
-            for path, key in parked.items():
-                if path not in known:
-                    known[path] = key
-                    if not trusted or key in unreported:
-                        fresh.add(path)
-            if trusted and named:
-                fresh.update(p for p in (os.path.normpath(n) for n in named) if p in parked)
-        self._scan_drops = drops
-        return known, fresh
-
     def _scan_thread(self, known: dict[str, Key], fresh: set[str]) -> tuple[list[tuple[str, int, os.stat_result]], set[str],
                                                                          dict[str, Key], list[Refused]]:
         """The rescan's blocking part: (entries, the paths whose entry is the last scan's stat of a
@@ -391,10 +242,10 @@ class FileSource:
         # symlinks: rotated copies lie beside their targets; their directories are watched
         links = discovery.resolve_links(link_paths)
         self._link_roots = {identity.rotation_root(lt.target): lt.path for lt in links.values()}
-        if self._watcher is not None:
+        if self.writes.watcher is not None:
             try:
                 # base directories that appeared since, and the directories of symlinks' targets
-                self._watcher.watch(self.cfg.inputs, links)
+                self.writes.watcher.watch(self.cfg.inputs, links)
             except Exception as e:  # watching is an optimisation; the rescan is the truth
                 log.debug("file watching not extended", extra={"error": str(e)})
         return entries, reused, at, refused
@@ -404,13 +255,13 @@ class FileSource:
         incarnations the globs no longer show (rotated, compressed, copied), then open what fits."""
         self._last_scan = self.clock.monotonic()
         scan_started = self.clock.time()
-        t0 = time.monotonic()
-        known, fresh = self._known_for_scan(self._named_for_scan())
+        t0 = self.clock.monotonic()
+        known, fresh = self.writes.known_for_scan(self.writes.named_for_scan())
         entries, reused, at, refused = await asyncio.to_thread(self._scan_thread, known, fresh)
-        self._scan_cost_s = time.monotonic() - t0
+        self._scan_cost_s = self.clock.monotonic() - t0
         for r in refused:
             self.events.file_refused(r.path, r.reason, r.link, r.rule)
-        watcher = self._watcher
+        watcher = self.writes.watcher
         if watcher is not None and watcher.incomplete is not None and not self._warned_incomplete:
             self._warned_incomplete = True
             log.warning("a directory could not be watched; every read round reads every open file",
@@ -420,10 +271,10 @@ class FileSource:
         # open files first: a truncation noticed now gives the new content its incarnation (and
         # fingerprint) before any sibling is judged by content
         await self.reader.check(self.clock.monotonic(), at=at)
-        self._collect_unannounced(self._targeted())
+        self.writes.collect_unannounced(self.writes.targeted())
         # a full look of its own: the next scheduled one counts from here (scan_interval at its
         # default, 10 s, is FULL_LOOK_S: no look but the rescan's)
-        self._next_full = self.clock.monotonic() + FULL_LOOK_S
+        self.writes.next_full = self.clock.monotonic() + FULL_LOOK_S
         for f in list(self.files.open.values()):
             if f.role == "live":
                 self.reader.grow_fingerprint(f)    # a young file's content claimed before a copy of it is judged

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from shipper.events import Events
-from shipper.model import Checkpoint
+from shipper.model import Checkpoint, Held, Line
 from shipper.tail.harvester import Harvester
 
 Key = tuple[int, int]                 # (dev, inode)
@@ -20,12 +20,24 @@ Why = Literal["glob", "renamed", "copy", "gz", "successor"]
 
 class Holder(Protocol):
     """What holds lines back from a checkpoint (the multiline aggregator, the container joiner):
-    never checkpoint past it. Feeding it is `sources/file_reading.py`'s business."""
+    never checkpoint past `pending_start`. Each call returns what it lets go of (`Held`: events,
+    then container records); sources/file_reading.py feeds it and builds what comes out."""
 
     @property
     def pending_start(self) -> int | None: ...
     @property
-    def next_deadline(self) -> float | None: ...
+    def next_deadline(self) -> float | None:
+        """When `release_due` has something to let go of (None: nothing held)."""
+        ...
+    @property
+    def waits_closed(self) -> bool:
+        """What it holds may wait while the file is closed (parked for inactivity)."""
+        ...
+    def hold(self, lines: list[Line], now: float) -> Held: ...
+    def release_due(self, now: float) -> Held: ...
+    def release(self, tail: list[Line], now: float) -> Held:
+        """The file will not grow again: `tail` fed, then everything held."""
+        ...
 
 
 @dataclass(slots=True)

@@ -1,10 +1,6 @@
-"""Pure line splitting: chunks of a file -> complete lines with their byte offsets.
-
-A partial last line waits (in the carry) for its newline. Lines longer than max_line_bytes are
-cut and flagged; NUL bytes at the head of a line (the hole a writer without O_APPEND leaves
-after copytruncate) are dropped; empty lines are not lines. No I/O here: the harvester feeds it.
-The loop over complete lines runs in C when `shipper/_native.c` is built; this file is its reference.
-"""
+"""Pure line splitting: chunks of a file -> complete lines with their byte offsets; a partial last line
+waits in the carry, an over-long one is cut and flagged, head NULs (a copytruncate's hole) dropped.
+The harvester feeds it; the loop runs in C when _native.c is built, this file is its reference."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rescan and parked files while inotify names every write (`FileSource._known_for_scan`).
+"""The rescan and parked files while inotify names every write (`WatchedWrites.known_for_scan`).
 
 A parked file (closed, read to its end) in a directory the rescan finds unchanged is not stat'ed
 again: inotify names a write to it, and the tick reopens it. The Scanner's scans that reuse
@@ -131,7 +131,7 @@ async def test_a_named_write_is_found_by_the_rescan_itself(
 
 async def test_after_lost_events_every_parked_file_is_stated(parked: Callable[[], Any], lstats: list[str]) -> None:
     rig = await parked()
-    w = rig.p.files._watcher
+    w = rig.p.files.writes.watcher
     assert w is not None
     w.dropped += 1            # what an overflowed queue or a failed read counts
     _not_full(rig)
@@ -149,15 +149,15 @@ async def test_names_dropped_as_too_many_make_the_next_rescan_stat_every_parked_
     rig = await parked()
     with open(tmp_path / "logs" / "a.log", "ab") as f:
         f.write(_line(12))
-    w = rig.p.files._watcher
+    w = rig.p.files.writes.watcher
     assert w is not None
     w.poll()                           # named, and kept by the watcher
     drops = w.dropped
     limit = watch.MAX_PENDING_PATHS
     monkeypatch.setattr(watch, "MAX_PENDING_PATHS", 0)
-    rig.p.files._take_named()          # more names than the source may keep: they are let go
+    rig.p.files.writes.take_named()          # more names than the source may keep: they are let go
     monkeypatch.setattr(watch, "MAX_PENDING_PATHS", limit)
-    assert w.dropped == drops and not rig.p.files._named
+    assert w.dropped == drops and not rig.p.files.writes.named
     _not_full(rig)
     lstats.clear()
     await rig.p.rescan()
@@ -183,7 +183,7 @@ async def test_without_inotify_every_rescan_stats_every_parked_file(
     rig = await parked()
     rig.p.files.pause_watch()
     try:
-        w = rig.p.files._watcher
+        w = rig.p.files.writes.watcher
         assert w is not None
         w.incomplete = "logs: inotify watch limit reached"     # a write may go unnamed
         _not_full(rig)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from shipper.config import MultilineConfig
-from shipper.sources.files import FULL_LOOK_S
+from shipper.sources.file_watch import FULL_LOOK_S
 from shipper.tail import inotify
 from shipper.tail.harvester import Harvester
 from tests.support.pipeline_rig import Rig

@@ -48,7 +48,7 @@ async def test_a_steady_writer_is_read_with_inotify_paused_and_a_later_line_stil
     p, _files = await build_pipeline(cfg, spool, RecordingEvents(), SystemClock(), host_name="steady")
     await p.start()
     source = next(s for s in p.sources if isinstance(s, FileSource))
-    watcher = source._watcher
+    watcher = source.writes.watcher
     assert isinstance(watcher, InotifyWatcher), "inotify is needed for this test"
     try:
         await _until(lambda: p.snapshot().shipped_total >= 1, "the first line shipped")

@@ -18,21 +18,6 @@ REPO = Path(__file__).resolve().parents[2]
 SHIPPER = REPO / "shipper"
 MAX_LINES = 450
 
-# What is still to be fixed (issue 45): each list only shrinks, and is empty when the work is done.
-STILL_CIRCLES: set[frozenset[str]] = set()
-STILL_LONG = {
-    "shipper/sources/file_reading.py", "shipper/sources/files.py",
-}
-STILL_READING_TIME = {"shipper/sources/files.py"}
-STILL_PROBING: set[tuple[str, str]] = set()
-STILL_PRIVATE: set[str] = set()
-STILL_LONG_HEADERS = {
-    "shipper/sources/file_reading.py", "shipper/sources/files.py", "shipper/tail/lines.py",
-}
-STILL_MEASURING = {
-    "shipper/sources/files.py",
-}
-
 # getattr/hasattr on objects that are not ours: (module, the probed expression) -> why
 FOREIGN_PROBES = {
     ("shipper/logs.py", "logging"): "a level name from the config looked up in the logging module",
@@ -168,15 +153,12 @@ def test_imports_of_sees_lazy_relative_and_type_only_imports(tmp_path: Path) -> 
 
 def test_no_import_circle() -> None:
     found = circles(import_graph())
-    new = found - STILL_CIRCLES
-    assert not new, f"import circles in shipper/ (cut where the data changes hands): {[sorted(c) for c in new]}"
-    assert not STILL_CIRCLES - found, f"circles broken: take them off STILL_CIRCLES: {STILL_CIRCLES - found}"
+    assert not found, f"import circles in shipper/ (cut where the data changes hands): {[sorted(c) for c in found]}"
 
 
 def test_no_module_over_450_lines() -> None:
     long = {rel(p): n for p in modules().values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert not set(long) - STILL_LONG, f"modules over {MAX_LINES} lines (one job per module): {long}"
-    assert not STILL_LONG - set(long), f"now short: take them off STILL_LONG: {STILL_LONG - set(long)}"
+    assert not long, f"modules over {MAX_LINES} lines (one job per module): {long}"
 
 
 def time_reads(source: str) -> list[int]:
@@ -208,9 +190,7 @@ def test_time_is_read_only_through_the_clock() -> None:
     for the wrong reason."""
     reading = {rel(p): lines for p in modules().values()
                if p != SHIPPER / "clock.py" and (lines := time_reads(p.read_text()))}
-    assert not set(reading) - STILL_READING_TIME, f"time read outside clock.py (inject the Clock): {reading}"
-    assert not STILL_READING_TIME - set(reading), \
-        f"now on the clock: take them off STILL_READING_TIME: {STILL_READING_TIME - set(reading)}"
+    assert not reading, f"time read outside clock.py (inject the Clock): {reading}"
 
 
 def probes(source: str) -> list[tuple[int, str]]:
@@ -223,10 +203,9 @@ def probes(source: str) -> list[tuple[int, str]]:
 def test_no_probing_of_our_own_objects() -> None:
     """Seams are Protocols that name every method their callers use, not getattr/hasattr."""
     found = {(rel(p), what): line for p in modules().values() for line, what in probes(p.read_text())}
-    ours = {k: v for k, v in found.items() if k not in FOREIGN_PROBES and k not in STILL_PROBING}
+    ours = {k: v for k, v in found.items() if k not in FOREIGN_PROBES}
     assert not ours, f"getattr/hasattr probing (a Protocol method instead; foreign objects go in FOREIGN_PROBES " \
                      f"with a reason): {ours}"
-    assert not STILL_PROBING - set(found), f"probes gone: take them off STILL_PROBING: {STILL_PROBING - set(found)}"
     assert not set(FOREIGN_PROBES) - set(found), f"stale FOREIGN_PROBES: {set(FOREIGN_PROBES) - set(found)}"
 
 
@@ -287,8 +266,7 @@ def test_no_private_name_crosses_a_module() -> None:
                      if (rel(path), what) not in FOREIGN_PRIVATE]
         if crossings:
             found[rel(path)] = crossings
-    assert not set(found) - STILL_PRIVATE, f"private names across modules: { {k: v for k, v in found.items() if k not in STILL_PRIVATE} }"
-    assert not STILL_PRIVATE - set(found), f"clean now: take them off STILL_PRIVATE: {STILL_PRIVATE - set(found)}"
+    assert not found, f"private names across modules: {found}"
 
 
 def header_lines(source: str) -> int:
@@ -300,10 +278,7 @@ def test_module_headers_are_two_to_four_lines() -> None:
     """Each module opens with what it owns, what it must not do, and where its data comes from and
     goes: two to four lines. The rest is the module map's (docs/development.md) or a docstring's."""
     off = {rel(p): n for p in modules().values() if not 2 <= (n := header_lines(p.read_text())) <= 4}
-    assert not set(off) - STILL_LONG_HEADERS, \
-        f"module headers not 2-4 lines: { {k: v for k, v in off.items() if k not in STILL_LONG_HEADERS} }"
-    assert not STILL_LONG_HEADERS - set(off), \
-        f"headers fixed: take them off STILL_LONG_HEADERS: {STILL_LONG_HEADERS - set(off)}"
+    assert not off, f"module headers not 2-4 lines: {off}"
 
 
 def measurements(source: str) -> list[tuple[int, str]]:
@@ -329,9 +304,7 @@ def test_the_measurement_check_sees_figures() -> None:
 def test_no_measurements_in_code_comments() -> None:
     """Figures belong in docs/development.md or bench/history/, dated; a comment keeps the reason."""
     found = {rel(p): m for p in modules().values() if (m := measurements(p.read_text()))}
-    assert not set(found) - STILL_MEASURING, \
-        f"measurements in comments: { {k: v for k, v in found.items() if k not in STILL_MEASURING} }"
-    assert not STILL_MEASURING - set(found), f"clean now: take them off STILL_MEASURING: {STILL_MEASURING - set(found)}"
+    assert not found, f"measurements in comments (docs/development.md's table has a place for them): {found}"
 
 
 def mapped_modules(text: str) -> set[str]:
