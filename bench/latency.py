@@ -68,6 +68,47 @@ def _tree_tasks(pid: int) -> Iterator[str]:
         stack.extend(_children(p))
 
 
+def tree_io(pid: int) -> tuple[int, int]:
+    """(write_bytes, wchar) of `pid` and its children so far, from /proc/P/io: what the kernel sent
+    (or will send) to storage on their behalf, and what they passed to write(2) (pipes and sockets
+    too). A process's io counts its threads, those that ended too."""
+    wb = wc = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/io") as f:
+                fields = dict(line.split(": ") for line in f.read().splitlines())
+            wb += int(fields["write_bytes"])
+            wc += int(fields["wchar"])
+        except (OSError, ValueError, KeyError):
+            pass
+        stack.extend(_children(p))
+    return wb, wc
+
+
+def state_written(listen: str | None) -> float | None:
+    """shipper_state_written_bytes_total from a shipper's /metrics (None: not scraped)."""
+    if listen is None:
+        return None
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://{listen}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("shipper_state_written_bytes_total "):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _free_listen() -> str:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
 def wakeups(pid: int) -> int:
     """Context switches (voluntary + involuntary) of every thread of `pid` and its children so far:
     each voluntary one is a sleep the thread woke from, so over an idle minute it counts wakeups."""
@@ -136,25 +177,28 @@ def _command(system: str, tmp: str, log_path: str, url: str, args: argparse.Name
     if system == "sync":          # a measurement, not a shipper: see bench/syncproto.py
         return [py, os.path.join(BENCH_DIR, "syncproto.py"), log_path, url,
                 "--interval-ms", f"{args.sync_interval_ms:g}", "--state", os.path.join(tmp, "sync-state")]
-    if system == "shipper":
+    if system in ("shipper", "shipper-always"):
+        # shipper-always: `queue.spool: always`, every event queued on disk before it is sent (issue 46)
         cfg = shipper_config(tmp, log_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
                              log_level=args.log_level, flush_interval=args.flush_interval,
-                             flush_min_interval=args.flush_min_interval)
+                             flush_min_interval=args.flush_min_interval,
+                             spool="always" if system == "shipper-always" else None,
+                             metrics_listen=args.current_listen)
         cmd = [py, "-m", "shipper", "run", "-c", cfg]
         if args.cprofile:      # the main thread only (cProfile's way): calls per request cycle
-            return [py, "-m", "cProfile", "-o", os.path.join(OUT_DIR, f"latency-shipper-{args.current_scenario}.prof"),
+            return [py, "-m", "cProfile", "-o", os.path.join(OUT_DIR, f"latency-{system}-{args.current_scenario}.prof"),
                     "-m", "shipper", "run", "-c", cfg]
         if args.profile:
             pyspy = shutil.which("py-spy", path=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
             if pyspy is None:
                 raise SystemExit("--profile needs py-spy: pip install py-spy (into the venv)")
-            return [pyspy, "record", "-o", os.path.join(OUT_DIR, f"latency-shipper-{args.current_scenario}.folded"),
+            return [pyspy, "record", "-o", os.path.join(OUT_DIR, f"latency-{system}-{args.current_scenario}.folded"),
                     "--format", "raw",
                     "--threads", "--function", "--rate", str(args.profile_rate), "--nonblocking", "--subprocesses",
                     *(["--gil"] if args.profile_gil else []), "--", *cmd]
         return cmd
-    raise SystemExit(f"unknown system {system!r} (known: naive, shipper, sync, syslog-ng, rsyslog)")
+    raise SystemExit(f"unknown system {system!r} (known: naive, shipper, shipper-always, sync, syslog-ng, rsyslog)")
 
 
 def per_thread(pid: int) -> dict[str, tuple[float, int]]:
@@ -197,13 +241,15 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: 
     gen = PinoGenerator(args.seed, args.line_bytes)
     err_path = os.path.join(tmp, "stderr.log")
     sink.reset()
+    # a shipper serves /metrics, scraped twice (shipper_state_written_bytes_total)
+    args.current_listen = _free_listen() if system.startswith("shipper") else None
     cmd, env = command(system, tmp, log_path, sink.url, args)
     with open(os.path.join(tmp, "stdout.log"), "wb") as out, open(err_path, "wb") as err:
         # cwd: the run's own directory, never the repo (`python -m shipper` would import the
         # repo's shipper/ from there, whatever tree --python's venv has installed)
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env,
                                 stdin=subprocess.DEVNULL, cwd=tmp, start_new_session=True)
-    wrapped = system == "shipper" and args.profile
+    wrapped = system.startswith("shipper") and args.profile
     target = _find_target(proc.pid) if wrapped else proc.pid
     result: dict[str, Any] = {"system": system, "scenario": scenario, "ok": False}
     try:
@@ -227,6 +273,7 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: 
         wake0 = wakeups(proc.pid)
         on0 = on_cpu_s(proc.pid)
         threads0 = per_thread(proc.pid)
+        io0, size0, state0 = tree_io(proc.pid), os.path.getsize(log_path), state_written(args.current_listen)
         if rate > 0:
             w = write_steadily(log_path, gen, rate, duration, interval_ms / 1000)
         else:
@@ -242,6 +289,13 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: 
         result["cpu_percent"] = 100 * (cpu1 - cpu0) / w["seconds"]
         result["wakeups_per_s"] = (wake1 - wake0) / w["seconds"]
         stats = sink.wait_docs(w["written"], args.drain_timeout)
+        # what reached the disk while these lines were shipped (after the drain: their checkpoints too)
+        io1, state1 = tree_io(proc.pid), state_written(args.current_listen)
+        result["log_bytes"] = os.path.getsize(log_path) - size0
+        result["io_write_bytes"] = io1[0] - io0[0]
+        result["io_wchar"] = io1[1] - io0[1]
+        if state0 is not None and state1 is not None:
+            result["state_written_bytes"] = state1 - state0
         result["received"] = stats["docs"]
         result["requests"] = stats["requests"]
         result["latency_ms"] = stats.get("latency_ms", {})
@@ -266,9 +320,15 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: 
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _share(part: float | None, whole: float | None) -> str:
+    """`part` as a percentage of `whole` (the log bytes written): the disk a system wrote per byte shipped."""
+    return f"{100 * part / whole:.2f}" if part is not None and whole else ""
+
+
 def print_table(results: list[dict[str, Any]]) -> None:
     head = ["scenario", "system", "written", "received", "rate/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms",
-            "max ms", "CPU-s", "CPU %", "vs naive", "wakeups/s", "requests", f"p99 < {TARGET_P99_MS:g} ms"]
+            "max ms", "CPU-s", "CPU %", "vs naive", "wakeups/s", "requests", "disk/log %", "state/log %",
+            f"p99 < {TARGET_P99_MS:g} ms"]
     table = [head]
     naive_cpu = {r["scenario"]: r["cpu_s"] for r in results if r["system"] == "naive" and "cpu_s" in r}
     for r in results:
@@ -286,7 +346,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
             *(f"{lat[k]:.1f}" if k in lat else "" for k in ("p50", "p90", "p99", "p999", "max")),
             f"{r['cpu_s']:.2f}", f"{r['cpu_percent']:.2f}",
             f"{r['cpu_s'] / base:.2f}x" if base else "",
-            f"{r['wakeups_per_s']:.1f}", f"{r.get('requests', 0):,}", verdict,
+            f"{r['wakeups_per_s']:.1f}", f"{r.get('requests', 0):,}",
+            _share(r.get("io_write_bytes"), r.get("log_bytes")), _share(r.get("state_written_bytes"), r.get("log_bytes")),
+            verdict,
         ])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for i, row in enumerate(table):
@@ -367,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     print("# " + "; ".join(f"{n}: {r:,.0f} lines/s every {i:g} ms for {d:g} s" for n, r, i, d in plan)
           + f"; line_bytes={args.line_bytes} gzip={args.gzip} sink_latency_ms={args.sink_latency_ms:g}",
           flush=True)
-    if "shipper" in systems:
+    if any(s.startswith("shipper") for s in systems):
         print(f"# {compile_bytecode(args.python)}", flush=True)
     sink = SinkProcess(latency_ms=args.sink_latency_ms, record_latency=True, python=args.python)
     results = []
@@ -382,7 +444,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['wakeups_per_s']:.1f} wakeups/s; "
                       f"wrote {r['written']:,} at {r['rate']:,.0f}/s (worst tick "
                       f"{r['max_tick_late_ms']:.1f} ms late), received {r.get('received', 0):,}, "
-                      f"p99 {lat.get('p99', float('nan')):.1f} ms", flush=True)
+                      f"p99 {lat.get('p99', float('nan')):.1f} ms; disk written {r.get('io_write_bytes', 0):,} B "
+                      f"(wchar {r.get('io_wchar', 0):,}, state dir {r.get('state_written_bytes')}) for "
+                      f"{r.get('log_bytes', 0):,} B of log", flush=True)
                 busy = [t for t in r.get("threads", []) if t["cpu_s"] >= 0.005]
                 if busy:
                     print("    threads (on-CPU s, context switches): " + ", ".join(
@@ -396,10 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         sink.stop()
     print()
     print_table(results)
-    if args.profile and "shipper" in systems:
+    if args.profile:
         for scenario, *_ in plan:
-            print(f"\n## profile of shipper, {scenario}")
-            print_folded(os.path.join(OUT_DIR, f"latency-shipper-{scenario}.folded"))
+            for system in (s for s in systems if s.startswith("shipper")):
+                print(f"\n## profile of {system}, {scenario}")
+                print_folded(os.path.join(OUT_DIR, f"latency-{system}-{scenario}.folded"))
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"machine": info, "args": vars(args), "results": results}, f, indent=1)

@@ -271,7 +271,7 @@ def shipper_config(tmp: str, input_path: str, url: str, *, gzip: bool = True,
                    bulk_max_events: int | None = None, in_flight: int | None = None,
                    log_level: str = "info", flush_interval: str | None = None,
                    flush_min_interval: str | None = None, aws_sigv4: bool = False,
-                   ecs: str | None = None) -> str:
+                   ecs: str | None = None, spool: str | None = None, metrics_listen: str | None = None) -> str:
     """Write a config for `shipper run` into `tmp` (state under tmp/state); returns its path.
 
     Only the keys given are set, so everything else is shipper's default, as a user would have it.
@@ -296,8 +296,10 @@ def shipper_config(tmp: str, input_path: str, url: str, *, gzip: bool = True,
         "log_level": log_level,
         "inputs": [{"paths": [input_path], "format": "json", **({"ecs": ecs} if ecs is not None else {})}],
         "output": {"elasticsearch": es},
-        "metrics": {"listen": None},
+        "metrics": {"listen": metrics_listen},
     }
+    if spool is not None:             # shipper-always: queue.spool: always (issue 46's baseline)
+        cfg["queue"] = {"spool": spool}
     path = os.path.join(tmp, "shipper.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f, sort_keys=False)
@@ -319,13 +321,15 @@ def _system_command(system: str, tmp: str, input_path: str, url: str,
     py = args.python
     if system == "naive":
         return [py, os.path.join(BENCH_DIR, "naive.py"), input_path, url, "--batch", "1000"], False
-    if system in ("shipper", "shipper-py", "shipper-sigv4", "shipper-ecs-off", "shipper-ecs-replace"):
+    if system in ("shipper", "shipper-py", "shipper-sigv4", "shipper-ecs-off", "shipper-ecs-replace", "shipper-always"):
         # shipper-ecs-off / -replace: the same daemon with `ecs: off` (no ECS fields: issue 43's
-        # baseline) or `ecs: replace` (the ECS fields instead of pino's own)
+        # baseline) or `ecs: replace` (the ECS fields instead of pino's own); shipper-always: with
+        # `queue.spool: always` (every event queued on disk before it is sent: issue 46's baseline)
         cfg = shipper_config(tmp, input_path, url, gzip=args.gzip == "on",
                              bulk_max_events=args.bulk_max_events, in_flight=args.in_flight,
                              log_level=args.log_level, aws_sigv4=system == "shipper-sigv4",
-                             ecs=system[len("shipper-ecs-"):] if system.startswith("shipper-ecs-") else None)
+                             ecs=system[len("shipper-ecs-"):] if system.startswith("shipper-ecs-") else None,
+                             spool="always" if system == "shipper-always" else None)
         if args.cprofile:
             prof = os.path.join(OUT_DIR, "shipper.prof")
             return [py, "-m", "cProfile", "-o", prof, "-m", "shipper", "run", "-c", cfg], False
