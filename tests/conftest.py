@@ -16,9 +16,27 @@ from typing import Any
 import pytest
 from osmem_server import OsmemServer
 
+from tests.support import spool_mode
 from tests.support.daemon import Daemon
 from tests.support.es import ES
 from tests.support.proxy import FaultProxy
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--spool", choices=spool_mode.MODES, default=os.environ.get(spool_mode.ENV) or None,
+                     help="queue.spool for every config the tests build that does not set it "
+                          "(default: the product's, when_behind; env SHIPPER_TEST_SPOOL)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    mode = config.getoption("--spool")
+    if mode:
+        spool_mode.use(mode)
+        spool_mode.in_children(mode)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"queue.spool default under test: {spool_mode.current()}"
 
 
 @pytest.hookimpl(wrapper=True)
