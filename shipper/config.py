@@ -114,6 +114,10 @@ def _without_userinfo(parts: Any) -> str:
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
     max_bytes: int = 1024**3
+    # when_behind: events go out from memory and only what is not acknowledged within
+    # spill_after is written to the queue; always: every event is queued before it is sent
+    spool: Literal["when_behind", "always"] = "when_behind"
+    spill_after_s: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +300,9 @@ def load_config_text(text: str, file: str | None = None, env: Mapping[str, str] 
                 raise lines.error(f"inputs[{i}].index", "with output.elasticsearch.data_stream an input's index "
                                                         "names a data stream: no strftime (%) in it")
     q = _Section(s.raw("queue"), "queue", lines)
-    queue = QueueConfig(max_bytes=q.size("max_bytes", _QUEUE_DEFAULTS.max_bytes, minimum=64 * 1024))
+    queue = QueueConfig(max_bytes=q.size("max_bytes", _QUEUE_DEFAULTS.max_bytes, minimum=64 * 1024),
+                        spool=q.string("spool", _QUEUE_DEFAULTS.spool, ("when_behind", "always")),
+                        spill_after_s=q.duration("spill_after", _QUEUE_DEFAULTS.spill_after_s, positive=True))
     q.finish()
     r = _Section(s.raw("retry"), "retry", lines)
     retry = RetryConfig(

@@ -1,6 +1,7 @@
 """The sender workers: outbox -> ship.Sender (bulk requests until every document is acked or
-dead-lettered) -> the ack in the spool, which drops the batch. `max_in_flight` workers run; a
-batch whose body is not cached is read from the spool first. Nothing leaves before it is acked."""
+dead-lettered) -> the ack in the spool, which drops the batch, or (sent from memory) to the keeper,
+whose window lets its checkpoints move. `max_in_flight` workers run; a batch whose body is not
+cached is read from the spool first. Nothing leaves before it is acked."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from shipper.model import Attempt, BatchMeta, DeadLetter
 from shipper.ship.outbox import Outbox
 from shipper.ship.sender import Sender
 from shipper.spool.aio import AsyncSpool
+from shipper.spool.keeper import Keeper
 from shipper.spool.writer import DiskWait
 
 log = logging.getLogger("shipper.output")
@@ -25,7 +27,8 @@ log = logging.getLogger("shipper.output")
 
 class Delivery:
     def __init__(self, outbox: Outbox, sender: Sender, spool: AsyncSpool, disk: DiskWait, events: Events,
-                 clock: Clock, finished: Callable[[], bool]) -> None:
+                 clock: Clock, finished: Callable[[], bool], keeper: Keeper) -> None:
+        self.keeper = keeper
         self.outbox = outbox
         self.sender = sender
         self.spool = spool
@@ -63,6 +66,15 @@ class Delivery:
                 self.on_ack()     # a draft held back for a free slot may go now
 
     async def _ack(self, meta: BatchMeta, dead: list[DeadLetter]) -> None:
+        if meta.seq < 0:
+            # sent from memory: the keeper's (its dead letters stored first); spilled meanwhile, its row
+            held = await self.keeper.delivered(meta, dead)
+            delivered = meta.events - len(dead)
+            self.outbox.acked(held, delivered)
+            self.events.batch_acked(held.seq, delivered, len(dead))
+            if dead:
+                self.events.dead_lettered(len(dead), dead[0].reason)
+            return
         if dead:
             await self.disk.run(lambda: self.spool.ack(meta.seq, dead))   # with its dead letters, now
         else:

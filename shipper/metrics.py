@@ -70,6 +70,9 @@ HELP = {
     "shipper_journal_entries_skipped_total": ("counter", "Journal entries skipped: not JSON, no cursor, or over the size limit."),
     "shipper_state_dir_full": ("gauge", "1 while the state dir's filesystem is full: reading paused, sending and acking go on (issue 19)."),
     "shipper_state_dir_free_bytes": ("gauge", "Bytes free on the state dir's filesystem (statvfs, for unprivileged users)."),
+    "shipper_events_spilled_total": ("counter", "Events sent from memory and written to the on-disk queue before their acknowledgement, by reason (late: not acknowledged within queue.spill_after; file_gone: their file is deleted or truncated; stop)."),
+    "shipper_memory_events": ("gauge", "Events sent from memory (queue.spool: when_behind) not yet acknowledged nor written to the queue."),
+    "shipper_memory_bytes": ("gauge", "Bytes of the request bodies sent from memory not yet acknowledged nor written to the queue."),
     "shipper_state_written_bytes_total": ("counter", "Bytes written to the state dir: queue, checkpoints and dead letters, with SQLite's own pages (what the spool's threads passed to write(2))."),
     "shipper_bulk_latency_seconds": ("histogram", "Bulk request latency, answered requests only."),
     "shipper_bulk_docs": ("histogram", "Documents per bulk request."),
@@ -142,8 +145,7 @@ class Metrics:
         self.gauges[("shipper_build_info", (("version", __version__),))] = 1
         self._process = process
         self._registry: CollectorRegistry | None = None
-        # counters whose value is kept elsewhere, read at each scrape (`probe`)
-        self._probes: dict[str, Callable[[], float | None]] = {}
+        self._probes: dict[str, Callable[[], float | None]] = {}    # counters kept elsewhere (`probe`)
 
     @property
     def registry(self) -> CollectorRegistry:
@@ -158,20 +160,16 @@ class Metrics:
             self._registry = reg
         return self._registry
 
-    def _families(self) -> list[Metric]:
-        self.read_probes()
-        return families(self.counters, self.gauges, self.hist)
-
     def probe(self, name: str, read: Callable[[], float | None]) -> None:
-        """An unlabelled counter kept elsewhere (the kernel's count of a thread's writes): `read` is
-        called at each scrape and by `read_probes`; None leaves the last value."""
+        """An unlabelled counter kept elsewhere, `read` at each scrape (None: the last value stays)."""
         self._probes[name] = read
 
-    def read_probes(self) -> None:
+    def _families(self) -> list[Metric]:
         for name, read in self._probes.items():
             v = read()
             if v is not None:
                 self.counters[(name, ())] = v
+        return families(self.counters, self.gauges, self.hist)
 
     def inc(self, name: str, value: float = 1, **labels: str) -> None:
         key = (name, tuple(sorted(labels.items())) if labels else ())
@@ -256,8 +254,6 @@ def render_prometheus(counters: dict[Any, float], gauges: dict[Any, float], hist
     return generate_latest(_collector(lambda: fams)).decode()
 
 
-# ================================================================ rates and ETAs (pure: time passed in)
-
 # ================================================================ occurrences -> logs and metrics
 
 class TelemetryEvents(Events):
@@ -270,7 +266,7 @@ class TelemetryEvents(Events):
         self.output_error: str | None = None
         self.output_down_since: float | None = None       # monotonic
         self.output_down_since_wall: float | None = None  # the same instant, wall clock (for status)
-        self._last_retry_log = 0.0
+        self._last_retry_log, self._spill_logged_at = 0.0, float("-inf")     # monotonic: the last such line
         self._refused_told: set[tuple[str, str]] = set()
 
     def file_opened(self, path: str, inode: int, offset: int, incarnation: str) -> None:
@@ -370,6 +366,12 @@ class TelemetryEvents(Events):
         self.m.set("shipper_queue_events", events)
         self.m.set("shipper_queue_bytes", nbytes)
 
+    def spilled(self, reason: str, batches: int, events: int) -> None:
+        self.m.inc("shipper_events_spilled_total", events, reason=reason)
+        if self.clock.monotonic() - self._spill_logged_at >= 60:      # a line a minute at most (the metric counts all)
+            self._spill_logged_at = self.clock.monotonic()
+            log.info("events in flight written to the queue", extra={"reason": reason, "events": events})
+
     def backpressure(self, paused: bool, queue_bytes: int) -> None:
         if paused:
             log.warning("queue full, reading paused", extra={"queue_bytes": queue_bytes})
@@ -412,7 +414,6 @@ class TelemetryEvents(Events):
 # ================================================================ HTTP
 
 REFUSED_TOLD_MAX = 4096       # files not read (trust rules) logged per process at most, each once
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"    # without an OpenMetrics Accept header
 
 
 async def serve_metrics(listen: str, metrics: Metrics, health: Callable[[], tuple[bool, str]],

@@ -208,6 +208,9 @@ class PipelineStatus:
     in_flight: int
     drained: bool             # nothing read, queued or in flight is waiting
     journald: tuple[JournalStatus, ...] = ()
+    memory_events: int = 0    # sent from memory, not yet acknowledged nor in the queue (queue.spool: when_behind)
+    memory_bytes: int = 0
+    spool: str = "always"     # queue.spool
 
 
 @dataclass(frozen=True, slots=True)

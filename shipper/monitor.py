@@ -177,6 +177,8 @@ class Monitor:
         m.set("shipper_bytes_at_risk", p.bytes_at_risk)
         m.set("shipper_queue_events", p.queue_events)
         m.set("shipper_queue_bytes", p.queue_bytes)
+        m.set("shipper_memory_events", p.memory_events)
+        m.set("shipper_memory_bytes", p.memory_bytes)
         m.set("shipper_dead_letter_events", p.dead_letters)
         for j in p.journald:
             m.set("shipper_journal_lag_entries", -1 if j.lag_entries is None else j.lag_entries, input=j.key)
@@ -240,7 +242,10 @@ class Monitor:
             "updated": self.clock.time(), "started": self.started,
             "files": files,
             "journald": [j.to_dict() for j in p.journald] if p else [],
-            "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0},
+            "queue": {"events": p.queue_events if p else 0, "bytes": p.queue_bytes if p else 0,
+                      # issue 46: what is sent from memory and not yet acknowledged (nor in the queue)
+                      "in_memory": {"events": p.memory_events if p else 0, "bytes": p.memory_bytes if p else 0},
+                      "spool": p.spool if p else None},
             "dead_letter": p.dead_letters if p else 0,
             "output": {"up": bool(p.output_up) if p else False,
                        "last_error": redact(p.last_error) if p and p.last_error else None,

@@ -23,6 +23,7 @@ from shipper.ship.sender import Sender
 from shipper.sources.base import Room, Source
 from shipper.spool.aio import AsyncSpool
 from shipper.spool.contents import SpoolContents
+from shipper.spool.keeper import Keeper
 from shipper.spool.writer import DiskWait, DraftWriter
 
 log = logging.getLogger("shipper.pipeline")
@@ -53,11 +54,15 @@ class Pipeline:
         self.outbox.restore(contents.pending)
         self.disk = DiskWait(events, clock)
         with_ids = out.document_id == "auto"
+        # the file is the first queue (issue 46): what goes out from memory, what is spilled
+        self.keeper = Keeper(cfg.queue.spool, cfg.queue.spill_after_s, self.outbox, spool, self.disk, events, clock)
         self.writer = DraftWriter(spool, batching.group if with_ids else batching.group_without_ids,
                                    self.outbox.add, self.disk, clock,
                                    max_events=out.bulk_max_events, max_bytes=out.bulk_max_bytes,
-                                   gzip=out.compression == "gzip", wake=self.wake)
-        self.delivery = Delivery(self.outbox, sender, spool, self.disk, events, clock, self._all_handed_over)
+                                   gzip=out.compression == "gzip", wake=self.wake, keeper=self.keeper)
+        self.keeper.writer = self.writer
+        self.delivery = Delivery(self.outbox, sender, spool, self.disk, events, clock, self._all_handed_over,
+                                 self.keeper)
         self.delivery.on_ack = self._on_ack
         self.control = DeadLetterControl(
             cfg.state_dir, spool, self.disk, events, clock,
@@ -112,8 +117,21 @@ class Pipeline:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._reader(), name="reader")
             tg.create_task(self.control.run(self._stop_control), name="dead-letter-requests")
-            for i in range(self.cfg.output.max_in_flight):
-                tg.create_task(self.delivery.worker(), name=f"sender-{i}")
+            tg.create_task(self._deliver(), name="delivery")
+
+    async def _deliver(self) -> None:
+        """The senders, and the keeper's timer beside them: once every sender returned (reading done,
+        everything delivered), the keeper writes the last checkpoints and returns too."""
+        delivered = asyncio.Event()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.keeper.run(delivered, self.writer.flush), name="keeper")
+            try:
+                async with asyncio.TaskGroup() as senders:
+                    for i in range(self.cfg.output.max_in_flight):
+                        senders.create_task(self.delivery.worker(), name=f"sender-{i}")
+            finally:
+                delivered.set()
+                self.keeper.changed.set()
 
     async def stop(self, timeout_s: float, force: asyncio.Event | None = None) -> bool:
         """Stop reading, hand over the last lines with their offsets, deliver for at most timeout_s
@@ -148,9 +166,22 @@ class Pipeline:
             if not main.done():
                 main.cancel()
             await asyncio.gather(main, return_exceptions=True)
+        if not delivered:
+            await self._settle()
         for s in self.sources:
             s.close()
         return delivered
+
+    async def _settle(self) -> None:
+        """Stopped before everything was acknowledged: what went out from memory is written to the
+        queue (a restart sends it from there, as it would have been after spill_after), with the
+        checkpoints that may move. A full disk gives up at the stop's deadline: then those events
+        are read again from their files at the next start."""
+        try:
+            await self.keeper.settle(self.writer.flush)
+        except Exception as e:
+            log.error("in-flight events not written at stop; they are read again at the next start",
+                      extra={"error": str(e)})
 
     def _all_handed_over(self) -> bool:
         done = self.reading_done and self.writer.draft.empty() and not self.writer.committing
@@ -332,5 +363,6 @@ class Pipeline:
             bytes_at_risk=at_risk,
             read_total=sum(s.read_total for s in self.sources), shipped_total=ob.shipped_total,
             paused=ob.paused, in_flight=ob.in_flight,
-            drained=ob.queue_events == 0 and self.writer.draft.empty() and not self.writer.committing
-            and not ob.in_flight, journald=journald)
+            drained=ob.queue_events == 0 and ob.memory_events == 0 and self.writer.draft.empty()
+            and not self.writer.committing and not ob.in_flight, journald=journald,
+            memory_events=ob.memory_events, memory_bytes=ob.memory_bytes, spool=self.cfg.queue.spool)

@@ -223,6 +223,7 @@ class Service:
         self._ready = True
         snap = self.pipeline.snapshot()
         self.events.info("pipeline ready", version=__version__, inputs=len(self.cfg.inputs), queue_events=snap.queue_events,
+                         spool=self.cfg.queue.spool,
                          hosts=list(snap.hosts), c_fast_paths=native.splice is not None)
         if native.splice is None:
             log.warning("running without the C fast paths: the same documents at about twice the CPU; "

@@ -66,7 +66,9 @@ def build_config(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Conf
             raise ConfigError("--index", "must not be empty")
         out = dataclasses.replace(out, index=args.index)
     state_dir = os.path.expanduser(args.state_dir) if args.state_dir else cfg.state_dir
-    cfg = dataclasses.replace(cfg, inputs=(), output=out, state_dir=state_dir)
+    # stdin cannot be read twice: every event is queued before it is sent (SPEC, Delivery)
+    cfg = dataclasses.replace(cfg, inputs=(), output=out, state_dir=state_dir,
+                              queue=dataclasses.replace(cfg.queue, spool="always"))
     inp = InputConfig(paths=(STDIN_PATH,), format=args.format or "auto")
     try:
         timeout_s = parse_duration(args.timeout, "--timeout")

@@ -182,7 +182,8 @@ def collect(cfg: Config, now: float) -> dict[str, Any]:
     contents = read_stopped(state_dir)        # issue 19: readable on a full disk too
     out["files"] = _stopped_files(contents)
     out["journald"] = _stopped_journald(cfg, contents)
-    out["queue"] = {"events": contents.queued_events, "bytes": contents.queued_bytes}
+    out["queue"] = {"events": contents.queued_events, "bytes": contents.queued_bytes,
+                    "in_memory": {"events": 0, "bytes": 0}, "spool": cfg.queue.spool}
     out["dead_letter"] = contents.dead_letters
     out["lag_bytes"] = sum(f["lag_bytes"] for f in out["files"])
     # unread bytes of files rotated away while stopped: found again by content at the next start,
@@ -266,7 +267,10 @@ def render(doc: dict[str, Any], state_dir: str, now: float) -> str:
                      f"out {_rate(rates.get('events_out_per_s'), 'events')}   "
                      f"shipped {human_bytes(rates.get('bytes_out_per_s'))}/s")
     q = doc.get("queue") or {}
-    lines.append(f"queue:   {q.get('events', 0):,} events ({human_bytes(q.get('bytes', 0))})   "
+    mem = q.get("in_memory") or {}
+    in_memory = f", {mem.get('events', 0):,} in flight from memory ({human_bytes(mem.get('bytes', 0))})" \
+        if mem.get("events") else ""
+    lines.append(f"queue:   {q.get('events', 0):,} events ({human_bytes(q.get('bytes', 0))}){in_memory}   "
                  f"dead letters: {doc.get('dead_letter', 0):,}"
                  + ("   (see: shipper dlq list)" if doc.get("dead_letter") else ""))
     sd = doc.get("state_dir") or {}

@@ -22,8 +22,10 @@ class Outbox:
         self.events = events
         self._waiting: deque[tuple[BatchMeta, bytes | None]] = deque()
         self.pending: dict[int, BatchMeta] = {}      # every queued batch not yet acked (in flight too)
-        self.queue_events = 0
+        self.queue_events = 0       # spooled batches (in the queue on disk) not yet acked
         self.queue_bytes = 0
+        self.memory_events = 0      # batches sent from memory (negative seqs) not yet acked nor spilled
+        self.memory_bytes = 0
         self.cached_bytes = 0
         self.in_flight = 0
         self.shipped_total = 0
@@ -51,6 +53,41 @@ class Outbox:
         if batches:
             self._wake(len(batches))
             self.events.queue_state(self.queue_events, self.queue_bytes)
+
+    def add_memory(self, batches: list[tuple[BatchMeta, bytes]]) -> None:
+        """Batches sent from memory (spool/keeper.py): their bodies are nowhere else."""
+        for meta, body in batches:
+            self._waiting.append((meta, body))
+            self.pending[meta.seq] = meta
+            self.memory_events += meta.events
+            self.memory_bytes += meta.stored_bytes
+        self.changes += 1
+        self._wake(len(batches))
+
+    def spilled(self, moved: list[tuple[BatchMeta, BatchMeta]]) -> None:
+        """Batches sent from memory are in the queue now, under these seqs: a sender that takes one
+        later acks it in the spool; one out already is found by the keeper. Bodies stay where they are."""
+        if not moved:
+            return
+        to = {old.seq: new for old, new in moved}
+        for old, new in moved:
+            if self.pending.pop(old.seq, None) is not None:
+                self.memory_events -= old.events
+                self.memory_bytes -= old.stored_bytes
+                self.pending[new.seq] = new
+                self.queue_events += new.events
+                self.queue_bytes += new.stored_bytes
+        for i, (meta, body) in enumerate(self._waiting):
+            spooled = to.get(meta.seq)
+            if spooled is not None:
+                # a body stays only where a spooled one would be cached: memory goes flat with the spill
+                keep = body is not None and i < self.max_in_flight and \
+                    self.cached_bytes + len(body) <= BODY_CACHE_BYTES
+                self._waiting[i] = (spooled, body if keep else None)
+                if keep and body is not None:
+                    self.cached_bytes += len(body)
+        self.changes += 1
+        self.events.queue_state(self.queue_events, self.queue_bytes)
 
     # ---------------------------------------------------------------- idle senders
 
@@ -96,7 +133,7 @@ class Outbox:
     def take(self) -> tuple[BatchMeta, bytes | None]:
         """The next batch for a sender (which then holds a request slot until `done`)."""
         meta, body = self._waiting.popleft()
-        if body is not None:
+        if body is not None and meta.seq > 0:
             self.cached_bytes -= len(body)
         self.in_flight += 1
         return meta, body
@@ -119,8 +156,12 @@ class Outbox:
     def _forget(self, meta: BatchMeta) -> None:
         if self.pending.pop(meta.seq, None) is not None:
             self.changes += 1
-            self.queue_events -= meta.events
-            self.queue_bytes -= meta.stored_bytes
+            if meta.seq < 0:
+                self.memory_events -= meta.events
+                self.memory_bytes -= meta.stored_bytes
+            else:
+                self.queue_events -= meta.events
+                self.queue_bytes -= meta.stored_bytes
 
     # ---------------------------------------------------------------- backpressure
 

@@ -22,6 +22,10 @@ class Drafts(Protocol):
     @property
     def draft(self) -> Draft: ...
     def stage(self, cp: Checkpoint) -> None: ...
+    def must_spool(self, incarnation: str) -> None:
+        """The file of this incarnation is being deleted or truncated: a restart could not read its
+        lines again, so those in flight go to the queue now, and so do those read of it from now on."""
+        ...
 
     async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:
         """Forget checkpoints between two drafts' writes: `pick` gets the incarnations the current

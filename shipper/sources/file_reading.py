@@ -281,6 +281,8 @@ class FileReader:
             if what == "truncated":
                 await self.on_truncated(key, f)
                 continue
+            if what == "deleted":
+                self.writer.must_spool(f.checkpoint.incarnation)
             if what == "touched":
                 self.recovery.lost_sight_of(f.checkpoint.path, f.input_idx)
                 self._rescan_soon()
@@ -309,6 +311,7 @@ class FileReader:
         old = f.checkpoint
         committed = f.committed_offset()
         self.events.file_truncated(h.path, h.inode, committed)
+        self.writer.must_spool(old.incarnation)
         files = self.files
         if old.fp_len and files.free_slots() <= 0:
             for _t, k, idle in files.idle(self.clock.monotonic()):
@@ -429,6 +432,7 @@ class FileReader:
                 h.check(now_mono)
             if h.state != "deleted":
                 continue
+            self.writer.must_spool(f.checkpoint.incarnation)
             while budget_bytes > 0:
                 before = h.position
                 lines = h.read(CHUNK_BYTES)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from shipper.clock import Clock
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool.contents import SpoolContents
-from shipper.spool.store import Bodies, BodiesOrMaker, Spool
+from shipper.spool.store import Bodies, BodiesOrMaker, Made, Spool, make_bodies
 
 log = logging.getLogger(__name__)
 
@@ -241,22 +241,41 @@ class AsyncSpool:
         spool thread never waits for the loop to take an answer and pass the next commit), and a
         commit that failed still stops every one handed over behind it. A retry passes the same
         turn."""
-        acks = self._take_acks()
         cps = list(checkpoints)
 
-        def run() -> list[tuple[BatchMeta, bytes]]:
+        def write(acks: list[int]) -> list[tuple[BatchMeta, bytes]]:
+            if acks:
+                return self._spool.commit_acking(bodies, covers, cps, gzip, acks)
+            return self._spool.commit(bodies, covers, cps, gzip)
+
+        return self._in_order(order, turn, write)
+
+    def spill_in_order(self, order: WriteOrder, turn: int, made: Sequence[Made], checkpoints: Iterable[Checkpoint],
+                       ) -> asyncio.Future[list[tuple[BatchMeta, bytes]]]:
+        """`commit_in_order` of bodies made already, each with its own covers (`Spool.commit_stored`):
+        batches sent from memory written to the queue, or (no bodies) a checkpoint flush."""
+        cps = list(checkpoints)
+        items = list(made)
+        return self._in_order(order, turn, lambda acks: self._spool.commit_stored(items, cps, acks))
+
+    def make(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]], gzip: bool) -> asyncio.Future[list[Made]]:
+        """The bodies made and compressed on the spool thread, behind every call before it; nothing
+        is written (they are sent from memory)."""
+        return self._worker.call(make_bodies, bodies, covers, gzip)
+
+    def _in_order(self, order: WriteOrder, turn: int, write: Callable[[list[int]], T]) -> asyncio.Future[T]:
+        acks = self._take_acks()
+
+        def run() -> T:
             if order.written != turn - 1:
                 raise CommitSkipped(f"commit {turn} handed over behind commit {turn - 1}, which was not written")
-            if acks:
-                out = self._spool.commit_acking(bodies, covers, cps, gzip, acks)
-            else:
-                out = self._spool.commit(bodies, covers, cps, gzip)
+            out = write(acks)
             order.written = turn
             return out
 
         fut = self._worker.call(run)
 
-        def done(f: asyncio.Future[list[tuple[BatchMeta, bytes]]]) -> None:
+        def done(f: asyncio.Future[T]) -> None:
             self._written()
             if f.cancelled() or f.exception() is not None:
                 if acks:

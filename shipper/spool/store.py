@@ -9,6 +9,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import diskcache
@@ -30,6 +31,24 @@ log = logging.getLogger("shipper.spool")
 T = TypeVar("T")
 Bodies = list[tuple[bytes, int]]                 # (NDJSON body, events) per batch
 BodiesOrMaker = Bodies | Callable[[], Bodies]     # a maker runs on the spool thread (a large join releases the GIL)
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """A batch's body as stored and posted (gzip-compressed once, or plain), before it has a seq:
+    what `make_bodies` makes on the spool thread, sent from memory or written by `commit_stored`."""
+
+    stored: bytes
+    raw_bytes: int
+    events: int
+    gzipped: bool
+    covers: dict[str, tuple[int, int]]
+
+
+def make_bodies(bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]], gzip: bool) -> list[Made]:
+    """The bodies (a maker is run here), compressed; every batch carries the draft's covers."""
+    made = bodies() if callable(bodies) else bodies
+    return [Made(gzip_compress(b) if gzip else b, len(b), n, gzip, covers) for b, n in made if n]
 
 
 READ_ONLY_TRIES = 5          # a read-only view read again while rows vanish under it (see Spool.__init__)
@@ -147,7 +166,7 @@ class Spool:
         With no bodies (only checkpoint moves: filtered or empty lines) no batch is stored.
         """
         stamped = self.book.stamp(checkpoints)
-        out, values = self._batches(bodies, covers, stamped, gzip)
+        out, values = self._rows(make_bodies(bodies, covers, gzip), stamped)
         if not values:
             self._write_checkpoints(stamped)
             return []
@@ -164,22 +183,19 @@ class Spool:
         self._queued(out, stamped)
         return out
 
-    def _batches(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
-                 stamped: dict[str, dict[str, Any]], gzip: bool,
-                 ) -> tuple[list[tuple[BatchMeta, bytes]], list[tuple[int, bytes]]]:
+    def _rows(self, made: Sequence[Made], stamped: dict[str, dict[str, Any]],
+              ) -> tuple[list[tuple[BatchMeta, bytes]], list[tuple[int, bytes]]]:
         """The new batches' metadata and stored bodies, and their rows (the last one carries the
         checkpoints). New batches only with the margin for acks free (issue 19): SpoolFullError."""
-        made = bodies() if callable(bodies) else bodies
-        stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in made if n]
-        if stored:
-            self._check_room(sum(len(st) for st, _, _ in stored))
+        if made:
+            self._check_room(sum(len(m.stored) for m in made))
         now = self.clock.time()
         out: list[tuple[BatchMeta, bytes]] = []
         values: list[tuple[int, bytes]] = []
-        for i, (st, raw_len, n) in enumerate(stored):
-            meta = BatchMeta(self.next_seq + i, n, raw_len, len(st), gzip, dict(covers), now)
-            values.append((meta.seq, rows.pack_batch(meta, stamped if i == len(stored) - 1 else {}, st)))
-            out.append((meta, st))
+        for i, m in enumerate(made):
+            meta = BatchMeta(self.next_seq + i, m.events, m.raw_bytes, len(m.stored), m.gzipped, dict(m.covers), now)
+            values.append((meta.seq, rows.pack_batch(meta, stamped if i == len(made) - 1 else {}, m.stored)))
+            out.append((meta, m.stored))
         return out, values
 
     def _queued(self, out: list[tuple[BatchMeta, bytes]], stamped: dict[str, dict[str, Any]]) -> None:
@@ -199,10 +215,16 @@ class Spool:
         carries moves to its own row unless this commit carries a newer one); the new batches and
         their checkpoints are written as `commit` writes them. No bodies and no checkpoints: only
         the acks. Seqs not queued (acked before) are skipped. Returns what `commit` returns."""
+        return self.commit_stored(make_bodies(bodies, covers, gzip), checkpoints, acks)
+
+    def commit_stored(self, made: Sequence[Made], checkpoints: Iterable[Checkpoint],
+                      acks: Sequence[int] = ()) -> list[tuple[BatchMeta, bytes]]:
+        """`commit_acking` of bodies made already (`make_bodies`), each with its own covers: the
+        batches sent from memory that are spilled, with the checkpoints that may move past them."""
         stamped = self.book.stamp(checkpoints)
         # on SpoolFullError (no room for new batches) the acks are not written either: AsyncSpool
         # keeps them for its linger write, which carries no batch and so needs no room
-        out, values = self._batches(bodies, covers, stamped, gzip)
+        out, values = self._rows(made, stamped)
         acked = [seq for seq in dict.fromkeys(acks) if seq in self.pending]
         settle = self.book.settled(acked, newer=stamped)
         if not acked and not values and not stamped:
@@ -221,6 +243,10 @@ class Spool:
         self._dropped(acked, settle)
         if not values:
             self.book.remember(stamped, None)
+            if self.headroom is not None and self.headroom.full and stamped:
+                # a checkpoint write while full (events sent from memory, no batch to check the
+                # room for): the look that ends the episode and makes the reserve again
+                self.headroom.may_write(0, queue_empty=not self.pending)
             return []
         self._queued(out, stamped)
         return out
@@ -354,7 +380,8 @@ class Spool:
 
     def ack(self, seq: int, dead: Sequence[DeadLetter] = ()) -> int:
         """Elasticsearch acknowledged the batch: it leaves, its dead letters (if any) are stored in
-        the same transaction. Returns the number of dead letters stored."""
+        the same transaction. A seq the spool does not hold (a batch sent from memory) stores only
+        the dead letters. Returns the number of dead letters stored."""
         dl = list(dead)
         settle = self.book.settled([seq])
 

@@ -101,9 +101,10 @@ class Window:
             self._settle(d)
 
     def spill(self, dids: Iterable[int] | None = None) -> list[int]:
-        """These memory drafts (default: all) go to the spool with the next transaction handed over:
-        settled now. Returns the ids settled, oldest first."""
-        picked = list(self._memory) if dids is None else [i for i in dids if i in self._memory]
+        """These memory drafts (default: every one whose bodies are made) go to the spool with the
+        next transaction handed over: settled now. Returns the ids settled, oldest first."""
+        picked = [i for i, d in self._memory.items() if d.batches is not None] if dids is None \
+            else [i for i in dids if i in self._memory]
         for did in picked:
             self._settle(self._memory[did])
         return picked
@@ -163,9 +164,10 @@ class Window:
         return did in self._memory
 
     def oldest_at(self) -> float | None:
-        """When the oldest draft out from memory only was handed over (None: none is)."""
+        """When the oldest draft out from memory only (its bodies made) was handed over (None: none is)."""
         for d in self._memory.values():
-            return d.at
+            if d.batches is not None:
+                return d.at
         return None
 
     def holds_memory(self, inc: str) -> bool:

@@ -1,7 +1,7 @@
-"""The draft writer: drafts become batches in the spool, in order, with the checkpoints they advance,
-handed to the outbox (given in: the spool imports nothing of ship/). Up to WRITES_BEHIND drafts wait
-behind the reader; a failed write stops every later one (its checkpoints would skip lines); a full
-disk is waited out here (logged once), never dropped."""
+"""The draft writer: drafts become batches in the spool (or go out from memory, as the keeper routes
+them), in order, with the checkpoints they may move, handed to the outbox (given in: the spool imports
+nothing of ship/). Up to WRITES_BEHIND drafts wait behind the reader; a failed write stops every later
+one (its checkpoints would skip lines); a full disk is waited out here (logged once), never dropped."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import asyncio
 import dataclasses
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from shipper.clock import Clock
 from shipper.errors import SpoolFullError
 from shipper.events import Events
 from shipper.model import BatchMeta, Checkpoint, Draft
 from shipper.spool.aio import AsyncSpool, CommitSkipped, WriteOrder
+from shipper.spool.store import Made
+from shipper.spool.window import Route
 
 T = TypeVar("T")
 Group = Callable[[list[bytes], int, int, dict[int, int]], list[tuple[bytes, int]]]    # ship.batching.group
@@ -54,11 +56,30 @@ class DiskWait:
             return result
 
 
+class Router(Protocol):
+    """The keeper (spool/keeper.py), as the writer asks it where a draft goes and what it may write."""
+
+    def route(self, draft: Draft) -> Route: ...
+    async def wait_for_room(self) -> None: ...
+    def add(self, draft: Draft, memory: bool) -> int: ...
+    def sent_from_memory(self, did: int, made: list[Made]) -> list[tuple[BatchMeta, bytes]]: ...
+    def plan(self) -> list[Checkpoint]: ...
+    def checkpoints_moved(self) -> None: ...
+    def holds(self, incarnation: str) -> bool: ...
+    def doom(self, incarnation: str) -> None: ...
+
+
 class DraftWriter:
-    """Owns the draft sources read into (`draft`), and writes it on `commit()`."""
+    """Owns the draft sources read into (`draft`), and writes it on `commit()`.
+
+    Every write that moves a checkpoint (a spooled draft, a spill, a checkpoint flush) is a record:
+    handed to the spool thread the moment it is planned, with a turn, so records are written in
+    the order their checkpoints were planned, and none after one that was not (`commit_in_order`).
+    A draft sent from memory is no record: its bodies are made on the spool thread, nothing is
+    written, and its checkpoints wait in the keeper's window for its acks."""
 
     def __init__(self, spool: AsyncSpool, group: Group, deliver: Deliver, disk: DiskWait, clock: Clock, *,
-                 max_events: int, max_bytes: int, gzip: bool, wake: asyncio.Event) -> None:
+                 max_events: int, max_bytes: int, gzip: bool, wake: asyncio.Event, keeper: Router) -> None:
         self.spool = spool
         self.group = group
         self.deliver = deliver
@@ -68,19 +89,26 @@ class DraftWriter:
         self.max_bytes = max_bytes
         self.gzip = gzip
         self.wake = wake
+        self.keeper = keeper
         self.draft = Draft()
         self.last_commit_at = float("-inf")     # when the last draft was handed over (flush_min_interval)
-        self.lock = asyncio.Lock()              # held by the draft being written (drafts are written in order)
+        self.lock = asyncio.Lock()              # held by the record being written (records are written in order)
         self._writes: deque[tuple[Draft, asyncio.Future[None]]] = deque()
-        self._turn = 0                          # drafts handed over (AsyncSpool.commit_in_order's turns)
+        self._turn = 0                          # records handed over (AsyncSpool.commit_in_order's turns)
         self._order = WriteOrder()
         self._error: BaseException | None = None
+        self._spooling = 0                      # records with batches handed over and not yet written
         self.checkpoints_written: list[Callable[[list[Checkpoint]], None]] = []
 
     @property
     def committing(self) -> bool:
         """A draft is being written (or waits to be): the current draft alone does not show everything read."""
         return bool(self._writes)
+
+    @property
+    def spooling(self) -> bool:
+        """Batches are on their way into the spool (newer drafts go there too, behind them)."""
+        return self._spooling > 0
 
     def writing(self) -> list[Draft]:
         """The drafts handed over and not yet in the spool (status counts their lines as read, not queued)."""
@@ -93,13 +121,18 @@ class DraftWriter:
             d.started = self.clock.monotonic()
         d.checkpoints[cp.incarnation] = dataclasses.replace(cp)
 
+    def must_spool(self, incarnation: str) -> None:
+        """The file of this incarnation is being deleted or truncated (`Drafts.must_spool`)."""
+        self.keeper.doom(incarnation)
+
     async def commit(self, wait: bool = True) -> None:
-        """Write the draft as batches with its checkpoints (one transaction), then hand them to the outbox.
+        """Hand the draft over: to the spool as batches with the checkpoints it may move (one
+        transaction), or out from memory (the keeper's `route`); then to the outbox.
 
         With wait=False (the reader) only the hand-over is awaited: grouping, gzip and SQLite run
         on the spool thread while the loop reads on. Drafts are written one at a time, in order
         (each write holds the lock; asyncio's lock is FIFO). wait=True returns when this draft and
-        every one before it is in the outbox."""
+        every one before it is in the outbox. Memory full: waits for an ack or the spill."""
         if self._error is not None:
             raise self._error
         while len(self._writes) >= WRITES_BEHIND:
@@ -109,15 +142,35 @@ class DraftWriter:
             if wait and self._writes:
                 await asyncio.shield(self._writes[-1][1])
             return
+        where = self.keeper.route(draft)
+        while where == "wait":
+            await self.keeper.wait_for_room()
+            if self._error is not None:
+                raise self._error
+            where = self.keeper.route(draft)
         self.draft = Draft()
         self.last_commit_at = self.clock.monotonic()
-        self._turn += 1
-        # on the spool thread's queue now, behind the drafts before it: the thread goes from one
-        # draft to the next without waiting for the loop to take the answer (issue 14: in a
-        # backlog the reader fills the next draft in one round, and meanwhile the thread stood idle)
-        first = self._hand_over(draft, self._turn)
-        first.add_done_callback(_retrieve)
-        task = asyncio.ensure_future(self._write(draft, self._turn, first))
+        cps = list(draft.checkpoints.values())
+        if where == "memory" and not draft.parts:
+            # nothing to send (every line dropped, or a checkpoint move alone): its checkpoints wait
+            # for the drafts before it and go with the next write
+            self.keeper.add(draft, memory=False)
+            self.keeper.checkpoints_moved()
+            for hook in self.checkpoints_written:
+                hook(cps)
+            return
+        did = self.keeper.add(draft, memory=where == "memory")
+        if where == "memory":
+            made = self.spool.make(self._maker(draft), _covers(draft), self.gzip)
+            made.add_done_callback(_retrieve)
+            task: asyncio.Future[None] = asyncio.ensure_future(self._send(draft, did, made, cps))
+        else:
+            plan = self.keeper.plan()
+            turn = self._next_turn()
+            # on the spool thread's queue now, behind the drafts before it: the thread goes from one
+            # draft to the next without waiting for the loop to take the answer (issue 14: in a
+            # backlog the reader fills the next draft in one round, and meanwhile the thread stood idle)
+            task = self._record(lambda: self._hand_over(draft, turn, plan), lambda out: self._stored(cps, out), draft)
         task.add_done_callback(_retrieve)       # a failure is raised through _error, by every later commit
         self._writes.append((draft, task))
         if wait:
@@ -125,63 +178,133 @@ class DraftWriter:
             # its write; it goes on, and the next commit raises its failure
             await asyncio.shield(task)
 
-    def _hand_over(self, draft: Draft, turn: int) -> asyncio.Future[list[tuple[BatchMeta, bytes]]]:
-        """The draft's write, queued on the spool thread (`AsyncSpool.commit_in_order`)."""
-        covers = {k: (v[0], v[1]) for k, v in draft.covers.items()}
+    def spill(self, made: Callable[[], list[Made]], checkpoints: list[Checkpoint],
+              answered: Callable[[list[tuple[BatchMeta, bytes]]], None]) -> asyncio.Future[None]:
+        """A record of batches made already (sent from memory: `made` says which at each attempt)
+        and the checkpoints planned with them, handed over now; `answered` gets their rows once
+        written. No batches: a checkpoint flush."""
+        turn = self._next_turn()
+        return self._record(lambda: self.spool.spill_in_order(self._order, turn, made(), checkpoints), answered,
+                            None, spools=made is not _none)
+
+    def flush(self, checkpoints: list[Checkpoint]) -> asyncio.Future[None]:
+        """The checkpoints the keeper's acks moved, written now (a record of their own)."""
+        return self.spill(_none, checkpoints, _nothing)
+
+    def _next_turn(self) -> int:
+        self._turn += 1
+        return self._turn
+
+    def _maker(self, draft: Draft) -> Callable[[], list[tuple[bytes, int]]]:
         parts, multi, max_events, max_bytes, group = draft.parts, draft.multi, self.max_events, self.max_bytes, self.group
 
         def bodies() -> list[tuple[bytes, int]]:
             return group(parts, max_events, max_bytes, multi)     # on the spool thread
 
-        return self.spool.commit_in_order(self._order, turn, bodies, covers, draft.checkpoints.values(), self.gzip)
+        return bodies
 
-    async def _write(self, draft: Draft, turn: int, first: asyncio.Future[list[tuple[BatchMeta, bytes]]]) -> None:
+    def _hand_over(self, draft: Draft, turn: int, plan: list[Checkpoint]) -> asyncio.Future[list[tuple[BatchMeta, bytes]]]:
+        """The draft's write, queued on the spool thread (`AsyncSpool.commit_in_order`)."""
+        return self.spool.commit_in_order(self._order, turn, self._maker(draft), _covers(draft), plan, self.gzip)
+
+    def _record(self, hand: Callable[[], asyncio.Future[list[tuple[BatchMeta, bytes]]]],
+                answered: Callable[[list[tuple[BatchMeta, bytes]]], None], draft: Draft | None,
+                spools: bool = True) -> asyncio.Future[None]:
+        first = hand()
+        first.add_done_callback(_retrieve)
+        if spools:
+            self._spooling += 1
+        return asyncio.ensure_future(self._write(first, hand, answered, draft, spools))
+
+    async def _write(self, first: asyncio.Future[list[tuple[BatchMeta, bytes]]],
+                     hand: Callable[[], asyncio.Future[list[tuple[BatchMeta, bytes]]]],
+                     answered: Callable[[list[tuple[BatchMeta, bytes]]], None], draft: Draft | None,
+                     spools: bool) -> None:
         try:
             async with self.lock:
                 if self._error is not None:
-                    raise self._error       # an earlier draft was not written: neither is this one
+                    raise self._error       # an earlier record was not written: neither is this one
                 try:
-                    await self._store(draft, turn, first)
+                    answered(await self._store(first, hand))
                 except BaseException as e:
                     self._error = e
                     raise
         finally:
             if not first.done():
                 first.cancel()      # cancelled before its turn: not written (unless the thread has it already)
-            self._writes = deque(w for w in self._writes if w[0] is not draft)
-            if not self.draft.empty():
-                self.wake.set()     # what was read meanwhile may go now (should_commit held it back)
+            if spools:
+                self._spooling -= 1
+            if draft is not None:
+                self._done(draft)
 
-    async def _store(self, draft: Draft, turn: int, first: asyncio.Future[list[tuple[BatchMeta, bytes]]]) -> None:
-        cps = list(draft.checkpoints.values())
+    def _done(self, draft: Draft) -> None:
+        self._writes = deque(w for w in self._writes if w[0] is not draft)
+        if not self.draft.empty():
+            self.wake.set()     # what was read meanwhile may go now (should_commit held it back)
+
+    async def _store(self, first: asyncio.Future[list[tuple[BatchMeta, bytes]]],
+                     hand: Callable[[], asyncio.Future[list[tuple[BatchMeta, bytes]]]]) -> list[tuple[BatchMeta, bytes]]:
         pending: asyncio.Future[list[tuple[BatchMeta, bytes]]] | None = first
 
         async def attempt() -> list[tuple[BatchMeta, bytes]]:
             nonlocal pending
             fut, pending = pending, None
             if fut is None:
-                fut = self._hand_over(draft, turn)       # again: a full disk was waited out
+                fut = hand()       # again, the same turn and checkpoints: a full disk was waited out
             try:
                 return await fut
             except CommitSkipped:
-                # the draft before it was not written when its turn came (a full disk, waited out
-                # since: we hold the lock, so every draft before this one is done)
-                return await self._hand_over(draft, turn)
+                # the record before it was not written when its turn came (a full disk, waited out
+                # since: we hold the lock, so every record before this one is done)
+                return await hand()
 
         # a full disk waits here (logged once): reading pauses with it, the files are the buffer
-        batches = await self.disk.run(attempt)
+        return await self.disk.run(attempt)
+
+    def _stored(self, cps: list[Checkpoint], batches: list[tuple[BatchMeta, bytes]]) -> None:
         for hook in self.checkpoints_written:
             hook(cps)
         self.deliver(batches)
 
+    async def _send(self, draft: Draft, did: int, made: asyncio.Future[list[Made]], cps: list[Checkpoint]) -> None:
+        """A draft sent from memory: its bodies, in draft order (the lock), to the keeper and the outbox."""
+        try:
+            async with self.lock:
+                if self._error is not None:
+                    raise self._error
+                try:
+                    self.keeper.sent_from_memory(did, await made)
+                except BaseException as e:
+                    self._error = e
+                    raise
+                for hook in self.checkpoints_written:
+                    hook(cps)
+        finally:
+            if not made.done():
+                made.cancel()
+            self._done(draft)
+
     async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:
-        """Forget checkpoints in the store, between two drafts' writes: `pick` gets the incarnations
-        the current draft moves (never forgotten) and returns those to delete."""
+        """Forget checkpoints in the store, between two records' writes: `pick` gets the incarnations
+        the current draft moves (never forgotten) and returns those to delete; one with a draft in
+        flight or a checkpoint not yet written is kept too."""
         async with self.lock:
-            incs = pick(set(self.draft.checkpoints))
+            incs = [inc for inc in pick(set(self.draft.checkpoints)) if not self.keeper.holds(inc)]
             if not incs:
                 return []
             return await self.spool.forget_checkpoints(incs)
+
+
+def _covers(draft: Draft) -> dict[str, tuple[int, int]]:
+    return {k: (v[0], v[1]) for k, v in draft.covers.items()}
+
+
+def _nothing(_out: list[tuple[BatchMeta, bytes]]) -> None:
+    return None
+
+
+def _none() -> list[Made]:
+    return []
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

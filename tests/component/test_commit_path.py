@@ -1,4 +1,4 @@
-"""The commit path on a real spool: records handed to the spool thread while the reader reads on.
+"""The commit path on a real spool (`queue.spool: always`): records handed to the spool thread while the reader reads on.
 
 The reader may queue WRITES_BEHIND records behind the one being written; they are written in the
 order they were read, a failed write stops every record behind it (their checkpoints would skip
@@ -16,10 +16,14 @@ from pathlib import Path
 import pytest
 
 from shipper.codec import decode_body
+from shipper.config import QueueConfig
 from shipper.model import Checkpoint
 from shipper.spool import Spool, rows
 from shipper.spool.writer import WRITES_BEHIND
 from tests.support.pipeline_rig import Rig
+
+# the path under test here: every draft a record of the spool (the memory path: test_keeper.py)
+SPOOLED = QueueConfig(spool="always")
 
 
 def _cp(inc: str, offset: int) -> Checkpoint:
@@ -100,7 +104,7 @@ def _write_lines(path: Path, start: int, n: int) -> None:
 
 async def test_records_queue_behind_a_busy_spool_thread_in_read_order(tmp_path: Path) -> None:
     log = tmp_path / "app.log"
-    rig = Rig(tmp_path, [str(tmp_path / "*.log")])
+    rig = Rig(tmp_path, [str(tmp_path / "*.log")], queue=SPOOLED)
     p = rig.p
     busy, release = threading.Event(), threading.Event()
 
@@ -148,7 +152,7 @@ async def test_records_queue_behind_a_busy_spool_thread_in_read_order(tmp_path: 
 
 async def test_a_failed_write_stops_the_records_behind_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "app.log"
-    rig = Rig(tmp_path, [str(tmp_path / "*.log")])
+    rig = Rig(tmp_path, [str(tmp_path / "*.log")], queue=SPOOLED)
     p = rig.p
     busy, release = threading.Event(), threading.Event()
     real = rig.spool._spool.commit
@@ -191,7 +195,7 @@ async def test_caught_up_a_partial_record_leaves_at_most_once_per_flush_min_inte
     """A writer appending line by line: the first line goes at once, the next ones wait for the
     end of flush_min_interval after it (then go together), never for flush_interval."""
     log = tmp_path / "app.log"
-    rig = Rig(tmp_path, [str(tmp_path / "*.log")])
+    rig = Rig(tmp_path, [str(tmp_path / "*.log")], queue=SPOOLED)
     rig.p.pipeline.limits = dataclasses.replace(rig.p.pipeline.limits, flush_min_interval_s=interval_s)
     p = rig.p
     try:

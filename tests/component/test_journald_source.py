@@ -42,6 +42,9 @@ class Writer:
     async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:
         return []
 
+    def must_spool(self, incarnation: str) -> None:
+        raise AssertionError("a journal is not a file that goes away")
+
     def take(self) -> Draft:
         d, self.draft = self.draft, Draft()
         return d

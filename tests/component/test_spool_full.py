@@ -15,6 +15,7 @@ from shipper.model import Checkpoint, DeadLetter
 from shipper.ship import batching
 from shipper.ship.outbox import Outbox
 from shipper.spool import AsyncSpool, Spool
+from shipper.spool.keeper import Keeper
 from shipper.spool.writer import DiskWait, DraftWriter
 from tests.support.pipeline_rig import FakeClock, RecordingEvents
 from tests.support.wait import async_wait_until
@@ -38,8 +39,11 @@ def _writer(aspool: AsyncSpool) -> tuple[FakeClock, RecordingEvents, Outbox, Dra
     clock = FakeClock()
     events = RecordingEvents()
     outbox = Outbox(1 << 30, 1, events)
-    writer = DraftWriter(aspool, batching.group, outbox.add, DiskWait(events, clock), clock, max_events=2000,
-                          max_bytes=5 << 20, gzip=False, wake=asyncio.Event())
+    disk = DiskWait(events, clock)
+    keeper = Keeper("always", 1.0, outbox, aspool, disk, events, clock)       # every draft into the spool
+    writer = DraftWriter(aspool, batching.group, outbox.add, disk, clock, max_events=2000,
+                         max_bytes=5 << 20, gzip=False, wake=asyncio.Event(), keeper=keeper)
+    keeper.writer = writer
     return clock, events, outbox, writer
 
 

@@ -37,6 +37,12 @@ def _file_row(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     return rows[0]
 
 
+def ready_spool(d: Any) -> str:
+    """queue.spool as the daemon's `pipeline ready` line says it."""
+    ready = [json.loads(ln) for ln in d.output().splitlines() if '"pipeline ready"' in ln]
+    return str(ready[-1]["spool"])
+
+
 def test_status_while_running_and_after_stop(tmp_path: Path, es: ES, daemon_factory: Any) -> None:
     log = tmp_path / "app.log"
     write_lines(log, range(1000))
@@ -55,7 +61,10 @@ def test_status_while_running_and_after_stop(tmp_path: Path, es: ES, daemon_fact
     row = _file_row(doc, log)
     assert row["inode"] == log.stat().st_ino
     assert row["size"] == size and row["lag_bytes"] == 0
-    assert doc["queue"] == {"events": 0, "bytes": 0}
+    # SPEC's {"events", "bytes"}, extended by what is in flight from memory and the mode (issue 46)
+    spool = doc["queue"]["spool"]
+    assert spool in ("when_behind", "always") and ready_spool(d) == spool
+    assert doc["queue"] == {"events": 0, "bytes": 0, "in_memory": {"events": 0, "bytes": 0}, "spool": spool}
     assert doc["dead_letter"] == 0
     assert doc["output"]["up"] is True and doc["output"]["last_error"] is None
     assert doc["shipped_total"] == 1000 and doc["read_total"] == 1000
@@ -75,7 +84,8 @@ def test_status_while_running_and_after_stop(tmp_path: Path, es: ES, daemon_fact
     row = _file_row(doc, log)
     assert row["offset"] == size and row["size"] == size + appended and row["lag_bytes"] == appended
     assert row["inode"] == log.stat().st_ino
-    assert doc["queue"] == {"events": 0, "bytes": 0} and doc["dead_letter"] == 0
+    assert doc["queue"] == {"events": 0, "bytes": 0, "in_memory": {"events": 0, "bytes": 0}, "spool": spool}
+    assert doc["dead_letter"] == 0
     assert isinstance(doc["output"]["up"], bool) and doc["output"]["last_error"] is None
     assert doc["version"] == __version__                          # this command's, when stopped
     table = d.cli("status", check=True).stdout

@@ -164,7 +164,10 @@ class Rig:
             await self.step(advance_s=advance_s)
 
     async def collect(self) -> None:
+        """Take every batch as if Elasticsearch acked it; then write the checkpoints the acks moved
+        (what the keeper's timer does within CHECKPOINT_EVERY_S in the daemon)."""
         ob = self.p.outbox
+        keeper = self.p.pipeline.keeper
         while len(ob):
             meta, body = ob.take()
             if body is None:
@@ -176,9 +179,19 @@ class Rig:
                 if doc_id in self.docs:
                     self.dup_ids.append(doc_id)
                 self.docs[doc_id] = orjson.loads(src)
-            await self.spool.ack(meta.seq)
+            if meta.seq < 0:            # sent from memory (queue.spool: when_behind): the keeper's
+                held = await keeper.delivered(meta, [])
+            else:
+                await self.spool.ack(meta.seq)
+                held = meta
             ob.done()
-            ob.acked(meta, meta.events)
+            ob.acked(held, meta.events)
+        await self.flush_checkpoints()
+
+    async def flush_checkpoints(self) -> None:
+        keeper = self.p.pipeline.keeper
+        if keeper.window.has_plan:
+            await self.p.writer.flush(keeper.plan())
 
     def messages(self) -> list[str]:
         return [str(d.get("message", d.get("msg", ""))) for d in self.docs.values()]

@@ -278,6 +278,9 @@ class Observed:
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     queue_events: int = 0
+    memory_events: int = 0
+    memory_bytes: int = 0
+    spool: str = "when_behind"
     queue_bytes: int = 0
     output_up: bool = True
     last_error: str | None = None
@@ -341,7 +344,8 @@ def test_status_doc_has_the_spec_shape(pipeline: Observed) -> None:
     assert set(doc) >= {"files", "queue", "dead_letter", "output"}
     assert set(doc["files"][0]) >= {"path", "inode", "offset", "size", "lag_bytes"}
     assert doc["files"][0]["rate_bytes_per_s"] == 50.0 and doc["files"][0]["eta_s"] == 2.0
-    assert doc["queue"] == {"events": 0, "bytes": 0}
+    # SPEC's {"events", "bytes"}, extended by what is in flight from memory (issue 46)
+    assert doc["queue"] == {"events": 0, "bytes": 0, "in_memory": {"events": 0, "bytes": 0}, "spool": "when_behind"}
     assert doc["dead_letter"] == 0
     assert doc["output"]["up"] is True and doc["output"]["last_error"] is None
     assert doc["eta_s"] == 2.0 and doc["lag_bytes"] == 100
