@@ -210,7 +210,7 @@ class PipelineStatus:
     journald: tuple[JournalStatus, ...] = ()
     memory_events: int = 0    # sent from memory, not yet acknowledged nor in the queue (queue.spool: when_behind)
     memory_bytes: int = 0
-    spool: str = "always"     # queue.spool
+    spool: str = "when_behind"     # queue.spool
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 from shipper.clock import Clock
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool.contents import SpoolContents
-from shipper.spool.store import Bodies, BodiesOrMaker, Made, Spool, make_bodies
+from shipper.spool.made import Bodies, BodiesOrMaker, Made, make_bodies
+from shipper.spool.store import Spool
 
 log = logging.getLogger(__name__)
 

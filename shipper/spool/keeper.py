@@ -15,7 +15,7 @@ from shipper.clock import Clock
 from shipper.events import Events
 from shipper.model import BatchMeta, Checkpoint, DeadLetter, Draft
 from shipper.spool.aio import AsyncSpool
-from shipper.spool.store import Made
+from shipper.spool.made import Made
 from shipper.spool.window import Route, SpoolMode, Window, route, spill_due
 from shipper.spool.writer import DiskWait
 

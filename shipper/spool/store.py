@@ -9,7 +9,6 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import diskcache
@@ -25,30 +24,11 @@ from shipper.spool.contents import SpoolContents, shipped_offsets
 from shipper.spool.database import DECODE_ERRORS, Writes, damage_text, is_damage, open_cache
 from shipper.spool.headroom import Headroom, release_reserve
 from shipper.spool.loading import listed, load, upgrade
+from shipper.spool.made import Bodies, BodiesOrMaker, Made, make_bodies
 
 log = logging.getLogger("shipper.spool")
 
 T = TypeVar("T")
-Bodies = list[tuple[bytes, int]]                 # (NDJSON body, events) per batch
-BodiesOrMaker = Bodies | Callable[[], Bodies]     # a maker runs on the spool thread (a large join releases the GIL)
-
-
-@dataclass(frozen=True, slots=True)
-class Made:
-    """A batch's body as stored and posted (gzip-compressed once, or plain), before it has a seq:
-    what `make_bodies` makes on the spool thread, sent from memory or written by `commit_stored`."""
-
-    stored: bytes
-    raw_bytes: int
-    events: int
-    gzipped: bool
-    covers: dict[str, tuple[int, int]]
-
-
-def make_bodies(bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]], gzip: bool) -> list[Made]:
-    """The bodies (a maker is run here), compressed; every batch carries the draft's covers."""
-    made = bodies() if callable(bodies) else bodies
-    return [Made(gzip_compress(b) if gzip else b, len(b), n, gzip, covers) for b, n in made if n]
 
 
 READ_ONLY_TRIES = 5          # a read-only view read again while rows vanish under it (see Spool.__init__)
@@ -219,8 +199,7 @@ class Spool:
 
     def commit_stored(self, made: Sequence[Made], checkpoints: Iterable[Checkpoint],
                       acks: Sequence[int] = ()) -> list[tuple[BatchMeta, bytes]]:
-        """`commit_acking` of bodies made already (`make_bodies`), each with its own covers: the
-        batches sent from memory that are spilled, with the checkpoints that may move past them."""
+        """`commit_acking` of bodies made already, each with its own covers (batches spilled from memory)."""
         stamped = self.book.stamp(checkpoints)
         # on SpoolFullError (no room for new batches) the acks are not written either: AsyncSpool
         # keeps them for its linger write, which carries no batch and so needs no room
@@ -244,8 +223,7 @@ class Spool:
         if not values:
             self.book.remember(stamped, None)
             if self.headroom is not None and self.headroom.full and stamped:
-                # a checkpoint write while full (events sent from memory, no batch to check the
-                # room for): the look that ends the episode and makes the reserve again
+                # sent from memory, no batch checks the room: this look ends the episode
                 self.headroom.may_write(0, queue_empty=not self.pending)
             return []
         self._queued(out, stamped)

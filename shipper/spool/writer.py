@@ -16,7 +16,7 @@ from shipper.errors import SpoolFullError
 from shipper.events import Events
 from shipper.model import BatchMeta, Checkpoint, Draft
 from shipper.spool.aio import AsyncSpool, CommitSkipped, WriteOrder
-from shipper.spool.store import Made
+from shipper.spool.made import Made
 from shipper.spool.window import Route
 
 T = TypeVar("T")

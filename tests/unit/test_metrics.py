@@ -298,7 +298,7 @@ class Observed:
         """What `Pipeline.snapshot()` would give now (the fields the Monitor does not read at rest)."""
         return PipelineStatus(self.files, self.queue_events, self.queue_bytes, self.dead_letters, self.output_up,
                               self.last_error, 0.0, self.hosts, self.bytes_at_risk, 0, 0, False, 0, False,
-                              self.journald)
+                              self.journald, self.memory_events, self.memory_bytes, self.spool)
 
     def set_output(self, up: bool, error: str | None) -> None:
         """What the sending side does: its own state, and the occurrence for telemetry."""
