@@ -187,14 +187,13 @@ class Spool:
         self.book.remember(stamped, last)
 
     def commit_acking(self, bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]],
-                      checkpoints: Iterable[Checkpoint], gzip: bool,
-                      acks: Sequence[int]) -> list[tuple[BatchMeta, bytes]]:
+                      checkpoints: Iterable[Checkpoint], gzip: bool, acks: Sequence[int]) -> list[tuple[BatchMeta, bytes]]:
         """`commit` and the acks of earlier batches (delivered whole: no dead letters) in ONE
         transaction, so a steady trickle costs one SQLite transaction per request cycle, not two
         (issue 14). The acked batches leave exactly as `ack` would drop them (a checkpoint a batch
         carries moves to its own row unless this commit carries a newer one); the new batches and
-        their checkpoints are written as `commit` writes them. No bodies and no checkpoints: only
-        the acks. Seqs not queued (acked before) are skipped. Returns what `commit` returns."""
+        their checkpoints are written as `commit` writes them. No bodies and no checkpoints: only the
+        acks; seqs not queued (acked before) are skipped. Returns what `commit` returns."""
         return self.commit_stored(make_bodies(bodies, covers, gzip), checkpoints, acks)
 
     def commit_stored(self, made: Sequence[Made], checkpoints: Iterable[Checkpoint],
@@ -357,9 +356,8 @@ class Spool:
         return out
 
     def ack(self, seq: int, dead: Sequence[DeadLetter] = ()) -> int:
-        """Elasticsearch acknowledged the batch: it leaves, its dead letters (if any) are stored in
-        the same transaction. A seq the spool does not hold (a batch sent from memory) stores only
-        the dead letters. Returns the number of dead letters stored."""
+        """Elasticsearch acknowledged the batch: it leaves, its dead letters stored in the same transaction
+        (a seq no row has, a batch sent from memory: the dead letters alone). Returns how many are held."""
         dl = list(dead)
         settle = self.book.settled([seq])
 
