@@ -56,6 +56,9 @@ class Writer:
     async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:
         return []
 
+    def must_spool(self, incarnation: str) -> None:
+        raise AssertionError("a journal is not a file that goes away")
+
 
 Entry = tuple[str, str, int, int]      # (kind, unit, pid, size)
 
