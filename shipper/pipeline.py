@@ -23,7 +23,7 @@ from shipper.ship.sender import Sender
 from shipper.sources.base import Room, Source
 from shipper.spool.aio import AsyncSpool
 from shipper.spool.contents import SpoolContents
-from shipper.spool.keeper import Keeper
+from shipper.spool.keeper import MEMORY_MAX_BYTES, Keeper
 from shipper.spool.writer import DiskWait, DraftWriter
 
 log = logging.getLogger("shipper.pipeline")
@@ -54,8 +54,10 @@ class Pipeline:
         self.outbox.restore(contents.pending)
         self.disk = DiskWait(events, clock)
         with_ids = out.document_id == "auto"
-        # the file is the first queue (issue 46): what goes out from memory, what is spilled
-        self.keeper = Keeper(cfg.queue.spool, cfg.queue.spill_after_s, self.outbox, spool, self.disk, events, clock)
+        # the file is the first queue (issue 46): what goes out from memory, what is spilled. Memory
+        # holds no more than the queue may: a spill of all of it keeps the queue within its bound.
+        self.keeper = Keeper(cfg.queue.spool, cfg.queue.spill_after_s, self.outbox, spool, self.disk, events, clock,
+                             memory_max_bytes=min(MEMORY_MAX_BYTES, cfg.queue.max_bytes))
         self.writer = DraftWriter(spool, batching.group if with_ids else batching.group_without_ids,
                                    self.outbox.add, self.disk, clock,
                                    max_events=out.bulk_max_events, max_bytes=out.bulk_max_bytes,

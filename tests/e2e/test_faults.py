@@ -369,6 +369,51 @@ def _backpressure(tmp_path: Path, daemon_factory: Any, record_property: Any, sin
     assert d.cli("status", "--json", check=True)
 
 
+@pytest.mark.slow
+def test_backpressure_a_backlog_spilled_from_memory_stays_within_the_queue_bound(tmp_path, daemon_factory, timeline):
+    """`queue.max_bytes: 1MiB`, output down, 15 MB that gzip cannot shrink already written when the
+    daemon starts: what goes out from memory (queue.spool: when_behind) and is spilled when it is
+    not acknowledged must not carry the queue past its bound by more than a batch (docs/delivery.md,
+    Backpressure), nor the state dir past SPEC's (queue.max_bytes plus 8 MiB). Found trying main as
+    a user: 8 MiB of request bodies held in memory were spilled at once into a 1 MiB queue (7 MB)."""
+    sink = BulkSink(timeline)
+    proxy = FaultProxy(sink.url).start()
+    try:
+        proxy.down()
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        app = logs / "app.log"
+        rnd = random.Random(5)
+        n_lines = 5000
+        written = write_lines(app, range(n_lines), line_fn=lambda i: pino_line(
+            i, pad=base64.b64encode(rnd.randbytes(2100)).decode()))
+        assert written > 14_000_000
+        cfg = write_config(tmp_path, es_url=proxy.url, paths=str(logs / "*.log"), extra_yaml={
+            "output": {"elasticsearch": {"bulk_max_events": 500, "bulk_max_bytes": "512KiB"}},
+            "queue": {"max_bytes": "1MiB"}})
+        sampler = _StateDirSampler(tmp_path / "state")
+        sampler.start()
+        d = daemon_factory(cfg)
+        d.wait_ready()
+        wait_until(lambda: "queue full, reading paused" in d.output(), "reading paused", timeout_s=30)
+        wait_until(lambda: d.status_json()["queue"]["in_memory"]["events"] == 0,
+                   "nothing left out from memory (all spilled)", timeout_s=30)
+        queued = d.status_json()["queue"]["bytes"]
+        assert queued <= 1024 * 1024 + 2 * 512 * 1024, f"queue at {queued} bytes with queue.max_bytes: 1MiB"
+        proxy.up()
+        wait_until(lambda: sink.count() >= n_lines, lambda: f"{n_lines} documents in the sink (have {sink.count()})",
+                   timeout_s=60)
+        max_state = sampler.stop()
+        assert max_state <= 1024 * 1024 + 8 * 1024 * 1024, f"state dir over SPEC's bound: {sampler.at_max}"
+        assert_exactly_once(sink.hits(), range(n_lines))
+        assert not sink.dups
+        timeline.assert_prompt(sink.hits())
+        assert d.alive, d.tail()
+    finally:
+        proxy.stop()
+        sink.close()
+
+
 def test_a_400_page_from_a_proxy_is_retried_not_dead_lettered(tmp_path, es, fault_proxy, daemon_factory):
     """A 400 that is no Elasticsearch answer (nginx: plain HTTP to an HTTPS port) says the destination
     is wrong, not a document: the batch waits and goes once it is fixed; the dead-letter queue stays empty."""
