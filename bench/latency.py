@@ -268,12 +268,14 @@ def measure(system: str, sink: SinkProcess, args: argparse.Namespace, scenario: 
             # idle: let startup work (syslog-ng's first poll, shipper's first checkpoint) settle
             time.sleep(args.idle_settle)
         sink.reset()
+        # before the window: the first scrape imports prometheus_client in the daemon (~0.1 CPU-s)
+        state0 = state_written(args.current_listen)
+        io0, size0 = tree_io(proc.pid), os.path.getsize(log_path)
         sampler = TreeSampler(proc.pid)
         cpu0 = sampler.sample().cpu_s
         wake0 = wakeups(proc.pid)
         on0 = on_cpu_s(proc.pid)
         threads0 = per_thread(proc.pid)
-        io0, size0, state0 = tree_io(proc.pid), os.path.getsize(log_path), state_written(args.current_listen)
         if rate > 0:
             w = write_steadily(log_path, gen, rate, duration, interval_ms / 1000)
         else:
