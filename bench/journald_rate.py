@@ -8,6 +8,8 @@ reads them back from the beginning:
 CPU is split into shipper's own (RUSAGE_SELF) and journalctl's (RUSAGE_CHILDREN, once reaped).
 `--daemon`: also the whole path, `shipper run` (journald input) -> bench/sink.py, from the spawn
 until the sink has every document; CPU-s from wait4 (the daemon with its journalctl children).
+`--idle S`: with --daemon, then S seconds with nothing written: CPU-s of the daemon and its children
+(journalctl, the header looks) as a share of a core.
 """
 
 from __future__ import annotations
@@ -96,10 +98,27 @@ def _hwm_kb(pid: int) -> int:
     return 0
 
 
-def daemon_run(directory: Path, n: int) -> tuple[float, float, int]:
+def _tree_cpu_s(pid: int) -> float:
+    """CPU-s of `pid`, its reaped children and its live ones (journalctl)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    def fields(p: int | str) -> list[str]:
+        return Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+    own = fields(pid)
+    total = sum(int(x) for x in own[11:15])
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                total += sum(int(x) for x in fields(child)[11:13])
+            except OSError:
+                pass
+    return total / tick
+
+
+def daemon_run(directory: Path, n: int, idle_s: float = 0.0) -> tuple[float, float, int, float]:
     """`shipper run` reading the journal from its beginning into the sink: (seconds from spawn to
     the last document at the sink, CPU-s of the daemon and its children, the daemon's own peak
-    RSS in KiB: journalctl's mmapped journal files are not shipper's)."""
+    RSS in KiB: journalctl's mmapped journal files are not shipper's, and the share of a core the
+    tree took over `idle_s` seconds after, with nothing written)."""
     sink = SinkProcess()
     tmp = Path(tempfile.mkdtemp(prefix="journald-daemon-"))
     try:
@@ -116,9 +135,15 @@ def daemon_run(directory: Path, n: int) -> tuple[float, float, int]:
         if stats.get("docs", 0) < n:
             raise RuntimeError(f"the sink got {stats.get('docs')} of {n} documents: {(tmp / 'daemon.log').read_text()[-2000:]}")
         hwm = _hwm_kb(proc.pid)
+        idle = 0.0
+        if idle_s > 0:
+            time.sleep(2.0)                         # the last acks and checkpoint written
+            c0, t1 = _tree_cpu_s(proc.pid), time.perf_counter()
+            time.sleep(idle_s)                      # the measured window itself
+            idle = (_tree_cpu_s(proc.pid) - c0) / (time.perf_counter() - t1)
         os.kill(proc.pid, signal.SIGTERM)
         _pid, _status, ru = os.wait4(proc.pid, 0)   # Popen never reaps it: the rusage is the tree's
-        return wall, ru.ru_utime + ru.ru_stime, hwm
+        return wall, ru.ru_utime + ru.ru_stime, hwm, idle
     finally:
         sink.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -130,6 +155,7 @@ def main() -> None:
     ap.add_argument("--all-fields", action="store_true", help="read every field (no --output-fields)")
     ap.add_argument("--keep", metavar="DIR", help="write the journal here and keep it")
     ap.add_argument("--daemon", action="store_true", help="also shipper run -> bench/sink.py, end to end")
+    ap.add_argument("--idle", type=float, default=0.0, metavar="S", help="with --daemon: S idle seconds after, their CPU")
     args = ap.parse_args()
     directory = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="journald-rate-"))
     try:
@@ -144,9 +170,11 @@ def main() -> None:
                   f"journalctl {child * per:.2f}, total {(own + child) * per:.2f}"
                   + (f"  ({nbytes / args.n:.0f} bulk bytes/entry)" if build else ""))
         if args.daemon:
-            wall, cpu_s, rss_kb = daemon_run(directory, args.n)
+            wall, cpu_s, rss_kb, idle = daemon_run(directory, args.n, args.idle)
             print(f"shipper run -> sink : {args.n / wall:>9,.0f} entries/s  CPU-s per 100k: {cpu_s * per:.2f} "
                   f"(daemon + journalctl, start to stop)  daemon peak RSS {rss_kb / 1024:.0f} MiB  ({wall:.2f} s from spawn)")
+            if args.idle:
+                print(f"idle {args.idle:.0f} s after         : {idle * 100:.3f}% of a core (daemon + journalctl + header looks)")
     finally:
         if not args.keep:
             shutil.rmtree(directory, ignore_errors=True)

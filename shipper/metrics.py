@@ -66,7 +66,7 @@ HELP = {
     "shipper_journal_lag_seconds": ("gauge", "Seconds of journal time between the newest matching entry and the last acknowledged one (-1: unknown)."),
     "shipper_journal_gaps_total": ("counter", "Gaps in a journald input: entries the journal vacuumed before they were read, or a stored cursor it no longer knows."),
     "shipper_journal_entries_lost_total": ("counter", "Journal entries vacuumed before they were read (from sequence-number distances)."),
-    "shipper_journal_reader_restarts_total": ("counter", "Times a journald input's journalctl child ended and was started again."),
+    "shipper_journal_reader_restarts_total": ("counter", "Times a journald input's journalctl child ended and was started again (it exited, or it held back an entry)."),
     "shipper_journal_entries_skipped_total": ("counter", "Journal entries skipped: not JSON, no cursor, or over the size limit."),
     "shipper_state_dir_full": ("gauge", "1 while the state dir's filesystem is full: reading paused, sending and acking go on (issue 19)."),
     "shipper_state_dir_free_bytes": ("gauge", "Bytes free on the state dir's filesystem (statvfs, for unprivileged users)."),
@@ -406,6 +406,10 @@ class TelemetryEvents(Events):
     def journal_entry_skipped(self, key: str, reason: str) -> None:
         log.warning("journal entry skipped", extra={"input": key, "reason": reason})
         self.m.inc("shipper_journal_entries_skipped_total", 1, input=key)
+
+    def journal_reread(self, key: str, newest: str, position: str | None) -> None:
+        log.warning("journal reader missed an entry, restarted", extra={"input": key, "newest": newest, "position": position})
+        self.m.inc("shipper_journal_reader_restarts_total", 1, input=key)
 
     def info(self, msg: str, **fields: Any) -> None:
         log.info(msg, extra=fields)

@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.daemon import write_config
 from tests.support.es import ES
-from tests.support.journal import Journal, journal_remote
+from tests.support.journal import Journal, follower_of, journal_remote
 from tests.support.promptness import Timeline
 from tests.support.wait import wait_until
 from tests.support.writer import append_bytes, pino_line
@@ -143,4 +143,41 @@ def test_every_journal_entry_of_a_unit_arrives_promptly(tmp_path: Path, es: ES, 
                lambda: f"{len(keys)} documents (have {es.count(PATTERN)})\n{d.tail(20)}", timeout_s=60)
     docs = es.assert_exactly_once(keys, key_fn=_journal_key, index=PATTERN, written=written)
     assert {h["_source"]["systemd"]["unit"] for h in docs} == {"app.service"}
+    assert d.alive, d.tail()
+
+
+@pytest.mark.skipif(journal_remote() is None, reason="systemd-journal-remote is not installed")
+def test_an_entry_journalctl_looked_at_mid_write_arrives_promptly(tmp_path: Path, es: ES, osmem_clone: Any,
+                                                                  daemon_factory: Any, timeline: Timeline) -> None:
+    """The cause of the issue's lagging entry: the daemon's `journalctl --follow` looks at the file
+    while the run's last entry is counted in its header but not yet listed under its unit, and from
+    then on skips the file (its count unchanged) until another entry lands in it. Each run here ends
+    that way and nothing is written after it: the entry arrives within the bound all the same (the
+    source sees the files settle past what journalctl printed and asks it again), once."""
+    j = Journal(tmp_path / "journal")
+    cfg = write_config(tmp_path, es_url=osmem_clone.url, paths=[tmp_path / "unused.log"],
+                       extra_yaml={"inputs": [{"journald": {"directory": str(j.directory), "units": ["app.service"]}}],
+                                   "output": {"elasticsearch": {"index": INDEX}}})
+    j.append(j.entry("before the start", unit="db.service"))
+    d = daemon_factory(cfg)
+    d.wait_ready()
+    written: dict[Any, float] = {}
+    keys: list[int] = []
+    for run in range(3):
+        part = []
+        for i in range(20):
+            seq = run * 100 + i
+            line = json.dumps({"level": 30, "time": 1_790_000_000_000 + seq, "pid": 4242, "seq": seq, "msg": "ok"})
+            part.append(j.entry(line, unit="app.service"))
+            part.append(j.entry(f"other {seq}", unit="db.service"))
+            keys.append(seq)
+        part.pop()                                  # the run ends with the unit's entry
+        j.append_caught(follower_of(d.pid), *part)
+        t = timeline.now()
+        written.update((k, t) for k in keys if k not in written)
+        wait_until(lambda: es.count(PATTERN) >= len(keys),
+                   lambda: f"{len(keys)} documents (have {es.count(PATTERN)})\n{d.tail(20)}", timeout_s=30)
+    es.assert_exactly_once(keys, key_fn=_journal_key, index=PATTERN, written=written)
+    assert d.metric("shipper_journal_reader_restarts_total") >= 3, d.tail()
+    assert "journal reader missed an entry" in d.output()
     assert d.alive, d.tail()

@@ -14,6 +14,9 @@ the entries to that file (creating it), and `journalctl -D DIR` reads them. What
   new_file: later appends go to another file: a new sequence-number id, seqnums from 1
   vacuum:   deletes the oldest archived file, as journald's vacuum does
   new_boot: a new _BOOT_ID (monotonic time restarts), as after a reboot
+  append_caught: a run whose last entry a `journalctl --follow` with a match looks at in the middle
+            of its write: the entry counted in the file, not yet listed under its fields. systemd's
+            reader then never prints it (until another entry lands in that file): issue 41
 Binary values (bytes that are not UTF-8, or with a newline or control character) use the
 export format's binary form: NAME, newline, little-endian 64-bit length, the bytes, newline.
 Each run's entries are reported to the test's promptness timeline (by the pino `seq` in MESSAGE)
@@ -27,15 +30,17 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import struct
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.support import promptness
+from tests.support.wait import wait_until
 
 REMOTE_CANDIDATES = ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
 JOURNALCTL = "journalctl"
@@ -188,6 +193,37 @@ class Journal:
         self.written.extend(out)
         return out
 
+    def append_caught(self, follower: int, *entries: Value | list[tuple[str, Value]],
+                      field: str = "_SYSTEMD_UNIT=app.service") -> list[Written]:
+        """`append`, with the `journalctl --follow` at pid `follower` looking at the file at the worst
+        instant: journal-remote (as journald) links a new entry into the file's entry array (the
+        header's n_entries counts it) before it links it into the entry list of each of its fields'
+        DATA objects. A reader matching `field` that looks in between finds nothing new, notes the
+        count, and skips the file at every wake-up until the count changes. The follower is stopped,
+        the run written, the last entry unlisted from `field`'s DATA object (its n_entries one lower),
+        the follower let look (until it read its inotify events and waits in ppoll again), then the
+        write completed: the count restored and the writer's post-change ftruncate."""
+        os.kill(follower, signal.SIGSTOP)
+        try:
+            _wait_for(lambda: _proc_state(follower) in ("T", "t"), f"journalctl {follower} stopped")
+            out = self.append(*entries)
+            at = data_object(self.path, field.encode()) + DATA_N_ENTRIES_AT
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                (n,) = struct.unpack("<Q", os.pread(fd, 8, at))
+                os.pwrite(fd, struct.pack("<Q", n - 1), at)
+                reads = _syscalls_read(follower)
+                os.kill(follower, signal.SIGCONT)
+                _wait_for(lambda: _syscalls_read(follower) > reads and _in_poll(follower),
+                          f"journalctl {follower} looked at the file and waits again")
+                os.pwrite(fd, struct.pack("<Q", n), at)
+                os.ftruncate(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+        finally:
+            os.kill(follower, signal.SIGCONT)
+        return out
+
     def new_file(self, name: str) -> None:
         """Later appends go to DIR/<name>.journal: another sequence-number id."""
         self.name = name
@@ -234,6 +270,66 @@ class Journal:
     def messages(self) -> list[Value]:
         """MESSAGE of every entry written, markers left out, in writing order."""
         return [w.message for w in self.written if not w.is_marker]
+
+
+# ---------------------------------------------------------------- the file format, for append_caught
+
+DATA_N_ENTRIES_AT = 56        # DataObject: object header (16), hash, next_hash, next_field, entry_offset, entry_array_offset
+_OBJECT_DATA = 1
+_INCOMPATIBLE_COMPACT = 16
+
+
+def data_object(path: Path, payload: bytes) -> int:
+    """The offset of the DATA object holding `payload` (uncompressed) in a journal file: the objects
+    walked from the header's end to the tail object (systemd's JOURNAL_FILE_FORMAT)."""
+    data = path.read_bytes()
+    (incompatible,) = struct.unpack_from("<I", data, 12)
+    (header_size,) = struct.unpack_from("<Q", data, 88)
+    (tail,) = struct.unpack_from("<Q", data, 136)
+    payload_at = 72 if incompatible & _INCOMPATIBLE_COMPACT else 64
+    off = header_size
+    while off <= tail:
+        (size,) = struct.unpack_from("<Q", data, off + 8)
+        if data[off] == _OBJECT_DATA and data[off + payload_at:off + size] == payload:
+            return off
+        off += (size + 7) & ~7
+    raise LookupError(f"{path}: no DATA object {payload!r}")
+
+
+def follower_of(pid: int) -> int:
+    """The pid of the `journalctl --follow` child of process `pid` (a daemon's journald reader)."""
+    def find() -> int | None:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                try:
+                    argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"--follow" in argv and argv[0].endswith(b"journalctl"):
+                    return int(child)
+        return None
+    return int(_wait_for(find, f"a journalctl --follow child of {pid}"))
+
+
+def _proc_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _syscalls_read(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("syscr:"):
+            return int(line.split()[1])
+    raise LookupError(f"/proc/{pid}/io has no syscr")
+
+
+def _in_poll(pid: int) -> bool:
+    """Blocked in ppoll(2) (x86_64: 271; aarch64: 73), as journalctl waits for a change."""
+    nr = Path(f"/proc/{pid}/syscall").read_text().split()[0]
+    return _proc_state(pid) == "S" and nr == {"x86_64": "271", "aarch64": "73"}.get(os.uname().machine, nr)
+
+
+def _wait_for(cond: Callable[[], Any], what: str) -> Any:
+    return wait_until(cond, what, interval_s=0.002)
 
 
 def _pad_fields() -> list[tuple[str, Value]]:

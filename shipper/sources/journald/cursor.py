@@ -78,6 +78,16 @@ def same_entry(a: Cursor, b: Cursor) -> bool:
     return a.seqnum_id == b.seqnum_id and a.seqnum == b.seqnum
 
 
+def is_behind(head: Cursor | None, position: Cursor | None) -> bool:
+    """Is `head` (the journal's newest matching entry) newer than `position` (the last one journalctl
+    printed, or the one it started from)? Within a sequence by seqnum, across sequences by realtime."""
+    if head is None:
+        return False
+    if position is None or head.seqnum_id != position.seqnum_id:
+        return position is None or (head.realtime_us or 0) > (position.realtime_us or 0)
+    return head.seqnum > position.seqnum
+
+
 def doc_id(c: Cursor) -> str:
     """The entry's `_id`: `j-<seqnum id>-<seqnum>`. Deterministic (a re-read entry is a 409); file
     ids are `<12 hex>-<offset>`, so the two never collide."""

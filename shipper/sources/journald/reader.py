@@ -106,11 +106,17 @@ class JournalReader:
         self._delay_s = 0.0                       # to wait before the next child
         self._started = False
         self._closed = False
+        self._rereading = False                   # the child is being ended to be started again at once
+        self._from: Cursor | None = None          # the entry the current child started from
+        # per sequence-number id, the newest seqnum journalctl printed (or a child started from)
+        self.printed: dict[str, int] = {}
+        self.started_at = float("-inf")           # monotonic: when the current child was started
         # start_at end without a stored cursor: the journal's newest entry when reading began.
         # The pipeline may commit it at once (a position without events), so that a restart
         # of the daemon before the first entry arrives resumes here instead of at a new end.
         self.start_position: Cursor | None = None
         self.restarts = 0
+        self.rereads = 0
         self.gaps = 0
         self.entries_lost = 0
         self.skipped = 0
@@ -120,6 +126,11 @@ class JournalReader:
     def last_cursor(self) -> Cursor | None:
         """The cursor of the last entry handed out by `read()`."""
         return self._last
+
+    @property
+    def position(self) -> Cursor | None:
+        """Where journalctl stands: the last entry handed out, else the one the child started from."""
+        return self._last if self._last is not None else self._from
 
     @property
     def pid(self) -> int | None:
@@ -213,6 +224,14 @@ class JournalReader:
                     self._gap(gap)
             raw.popleft()
             self._ready.append(entry)
+            self._note_printed(c)
+
+    def _note_printed(self, c: Cursor) -> None:
+        printed = self.printed
+        if c.seqnum > printed.get(c.seqnum_id, -1):
+            if len(printed) > 256 and c.seqnum_id not in printed:
+                printed.clear()
+            printed[c.seqnum_id] = c.seqnum
 
     # ------------------------------------------------------------ the child
 
@@ -233,6 +252,9 @@ class JournalReader:
                 self.start_position = resume
         self._started = True
         self._expect = resume
+        self._from = resume
+        if resume is not None:
+            self._note_printed(resume)
         def argv_at(directory: str | None) -> list[str]:
             return follow_argv(self.cfg.executable, directory, self.cfg.units,
                                None if resume is None else resume.text, "beginning", self.cfg.output_fields)
@@ -253,6 +275,7 @@ class JournalReader:
             await proc.communicate()
             return
         self._proc = proc
+        self.started_at = self.clock.monotonic()
         self._stderr_task = asyncio.ensure_future(self._drain_stderr(proc))
         self.events.journal_started(self.key, None if resume is None else resume.text, argv)
 
@@ -298,6 +321,9 @@ class JournalReader:
             await self._stderr_task
             self._stderr_task = None
         self._proc = None
+        if self._rereading:                       # ended by reread(): started again at once
+            self._rereading = False
+            return
         err = self._stderr_text()
         kind = classify_exit(rc, err)
         if kind == "cursor_invalid" and self._expect is not None:
@@ -310,6 +336,19 @@ class JournalReader:
         self.restarts += 1
         self._delay_s = self._backoff.delay(self._attempt, self._rng)
         self.events.journal_reader_exited(self.key, rc, kind, err, self._attempt, self._delay_s)
+
+    def reread(self) -> bool:
+        """journalctl holds back an entry it should have printed (a lost wake-up: quiet.py): end the
+        child; the next one starts at once, without backoff, from the last entry handed out
+        (inclusively), and prints what this one held back. False when no child runs."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None or self._closed:
+            return False
+        self._rereading = True
+        self.rereads += 1
+        self.restarts += 1
+        proc.kill()
+        return True
 
     async def _first_at(self, cursor: Cursor) -> Cursor | None:
         """The first entry at or after `cursor` in the unfiltered journal (None: none)."""

@@ -1,6 +1,7 @@
 """The journal as a Source: reader.py's entries -> events in the writer's draft, the cursor of the
 last one taken its checkpoint (in the same spool transaction as the events). The reader fills a
-bounded buffer in a task of its own; `read_round` never blocks. Lag: a look at the head now and then."""
+bounded buffer in a task of its own; `read_round` never blocks. The files' headers watched (quiet.py):
+the head looked at when they changed (lag), journalctl asked again when it holds an entry back."""
 
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ from shipper.events import Events
 from shipper.model import Checkpoint, Draft, FileStatus, JournalStatus
 from shipper.parse.document import DocBuilder
 from shipper.sources.base import Drafts, DropCounter, Progress, Room, lowest_unshipped
-from shipper.sources.journald.cursor import Cursor, journal_lag, parse_cursor
+from shipper.sources.journald.cursor import Cursor, is_behind, journal_lag, parse_cursor
 from shipper.sources.journald.entries import JournalAssembler, JournalEntry, source_event
+from shipper.sources.journald.headers import JournalFiles
 from shipper.sources.journald.probe import JOURNALCTL
+from shipper.sources.journald.quiet import QuietCheck
 from shipper.sources.journald.reader import JournalReader, JournalReaderConfig
 
 MAX_BUFFER_ENTRIES = 8192        # read from the child, not yet in a draft; beyond it the child's pipe fills
 MAX_BUFFER_BYTES = 16 * 1024 * 1024
 TAKE_CHUNK = 512                 # entries built per call (the draft's room is looked at between chunks)
 MIN_TAKE = 64                    # taken even into a full draft, as a file read takes its 4 KiB minimum
-HEAD_EVERY_S = 2.0               # the journal's newest entry is looked at this often (lag)
 POSITIONS_KEPT = 4096            # committed positions remembered to name the acknowledged cursor
 
 
@@ -92,7 +94,7 @@ class JournaldSource:
             self._move(sp, self.clock.time())
             self.writer.stage(self.cp)
         self._pump = asyncio.create_task(self._read_child(), name=f"journal {self.key}")
-        self._watch = asyncio.create_task(self._watch_head(), name=f"journal head {self.key}")
+        self._watch = asyncio.create_task(self._watch_journal(), name=f"journal files {self.key}")
 
     async def tick(self, now: float) -> None:
         self._raise_if_failed()
@@ -283,15 +285,28 @@ class JournaldSource:
             if self._wake is not None:
                 self._wake.set()
 
-    async def _watch_head(self) -> None:
-        """The journal's newest matching entry, every HEAD_EVERY_S (for lag)."""
+    async def _watch_journal(self) -> None:
+        """The journal files' headers, once a second while idle (quiet.py): the newest matching entry
+        looked at when they changed (lag); once they settled with journalctl silent, an entry newer
+        than the last it printed is one it holds back (a lost wake-up), and it is asked again."""
+        files = JournalFiles(self.rcfg.directory)
+        quiet = QuietCheck()
+        reader = self.reader
         while True:
-            try:
-                self._head = await self.reader.head()
-                self._head_known = True
-            except OSError:
-                self._head, self._head_known = None, False
-            await self.clock.sleep(HEAD_EVERY_S)
+            marks = await asyncio.to_thread(files.marks)
+            now = self.clock.monotonic()
+            busy_at = now if self.is_reading_paused else max(self._last_arrival, reader.started_at)
+            step = quiet.observe(now, marks, busy_at, reader.printed)
+            if step.look:
+                try:
+                    self._head = await reader.head()
+                    self._head_known = True
+                except OSError:
+                    self._head, self._head_known = None, False
+            position = reader.position
+            if step.check and self._head is not None and is_behind(self._head, position) and reader.reread():
+                self.events.journal_reread(self.key, self._head.text, None if position is None else position.text)
+            await self.clock.sleep(quiet.poll_s(now, busy_at))
 
     def _raise_if_failed(self) -> None:
         """A reading task that died stops the pipeline (its TaskGroup) with the error."""
