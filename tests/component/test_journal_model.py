@@ -136,7 +136,9 @@ async def check_script(tmp: Path, script: list[tuple[list[Entry], bool]], multil
             follower = src.reader.pid
             caught = caught and run[-1][1] == "app.service" and follower is not None
             if caught and follower is not None:
-                j.append_caught(follower, *batch)
+                # in a thread: the loop goes on draining journalctl's pipe (an output over the pipe's
+                # 64 KiB would otherwise hold journalctl in write(), never back in ppoll)
+                await asyncio.to_thread(j.append_caught, follower, *batch)
             else:
                 j.append(*batch)
             written = time.monotonic()
