@@ -296,10 +296,12 @@ class FileReader:
             if h.state == "deleted":
                 if idle_s >= DELETED_GRACE_S:
                     self.finish(key, f, "deleted")
-            elif idle_s >= self.cfg.inputs[f.input_idx].close_inactive_s and (
+            elif idle_s >= self.cfg.inputs[f.input_idx].close_inactive_s and not h.splitter.skipping and (
                     not f.holds_lines() or (f.holder is not None and f.holder.waits_closed)):
                 # a partial container record may wait closed: the checkpoint is at its first
-                # piece, so reopened (it grew) the file is read from there and the record joined
+                # piece, so reopened (it grew) the file is read from there and the record joined.
+                # Inside an over-long line already shipped cut it stays open: its checkpoint is the
+                # line's start, so reopened it would ship the cut line again (a 409, but a re-send)
                 self.park(key, f, "inactive")
 
     async def on_truncated(self, key: Key, f: OpenFile) -> None:
