@@ -124,6 +124,7 @@ metrics:
         if proc.poll() is not None:
             print(f"shipper exited early with code {proc.returncode}; see {err.name}", file=sys.stderr)
             return 1
+        ready_at = clock.monotonic()     # the first half waits from here, the rest from their writes
         os.rename(app, app + ".1")
         with open(app, "w") as f:
             for i in range(half, lines):
@@ -143,7 +144,8 @@ metrics:
             if count >= lines or proc.poll() is not None:
                 break
             clock.pause(0.25)
-        took = clock.monotonic() - t0
+        arrived_at = clock.monotonic()
+        took = arrived_at - t0
         seqs = _all_seqs(es)
         distinct = set(seqs)
         missing = set(range(lines)) - distinct
@@ -153,6 +155,8 @@ metrics:
         print(f"  documents arrived: {len(seqs)}  (in {took:.1f}s)")
         print(f"  missing lines:     {len(missing)}")
         print(f"  duplicates:        {dups}")
+        # an upper bound for every line: each was written after ready_at or waited from it
+        print(f"  slowest line:      at most {arrived_at - ready_at:.1f}s after it was written (or shipper was ready), the server's indexing included")
         hit = None
         req = urllib.request.Request(es + "/demo-*/_search", method="POST", headers={"Content-Type": "application/json"},
                                      data=json.dumps({"size": 1, "query": {"match": {"message": "payment"}}}).encode())
