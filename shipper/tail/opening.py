@@ -153,8 +153,9 @@ def open_directory(path: str) -> int | Refused | None:
 def judge_stat(path: str, lst: os.stat_result, st: os.stat_result, symlinks: Symlinks) -> Refused | None:
     """The scan's cheap look at a matched path (its lstat, and its stat when it is a link): why it
     will not be read, or None. Not the judgment (that is `open_log`'s, on what it opened): it keeps
-    files that would be refused from being queued for opening at every rescan. A link to anything
-    but a file is not judged here (a directory's is the `**` walk's; the rest is not read anyway)."""
+    files that would be refused from being queued for opening at every rescan. A link to a
+    directory is not judged here (the `**` walk's); a FIFO, socket or device (or a link to one) is
+    never read, and said so."""
     if stat_mod.S_ISLNK(lst.st_mode) and stat_mod.S_ISREG(st.st_mode):
         if symlinks == "none":
             return Refused(path, "a symbolic link", path, RULE_TEXT["none"])
@@ -162,7 +163,15 @@ def judge_stat(path: str, lst: os.stat_result, st: os.stat_result, symlinks: Sym
             return owner_refusal(path, path, lst.st_uid, st.st_uid)
     if stat_mod.S_ISREG(st.st_mode) and is_pseudo(st.st_dev):
         return Refused(path, "on /proc, /sys or /dev")
+    kind = _NOT_FILES.get(stat_mod.S_IFMT(st.st_mode))
+    if kind is not None:
+        return Refused(path, f"not a regular file ({kind})")      # never opened; said once why
     return None
+
+
+# What a glob may match that is never read (a directory is the `**` walk's, and is not said)
+_NOT_FILES = {stat_mod.S_IFIFO: "a FIFO", stat_mod.S_IFSOCK: "a socket", stat_mod.S_IFCHR: "a character device",
+              stat_mod.S_IFBLK: "a block device"}
 
 
 def follows_dir_link(link_uid: int, target_uid: int, symlinks: Symlinks) -> bool:

@@ -421,6 +421,9 @@ async def test_the_pipeline_ships_what_the_rules_allow_and_nothing_behind_a_refu
     assert (str(logs / "evil.log"), str(logs / "evil.log"), "symlinks: owner") in refused
     assert (str(logs / "dir"), str(logs / "dir"), "symlinks: owner") in refused
     assert (str(logs / "env.log"), None, "") in refused
+    # a FIFO matched by the glob is never opened, and the log says why it is not shipped
+    assert {a[1] for a in rig.events.of("file_refused") if a[0] == str(logs / "fifo.log")} == \
+        {"not a regular file (a FIFO)"}
 
 
 async def test_a_link_at_a_rotated_name_is_no_copy(make_rig: RigFactory, tmp_path: Path) -> None:

@@ -115,6 +115,7 @@ def test_links_proc_and_fifos_are_not_read_while_the_rest_ships(open_tmp: Path, 
         said = [r for r in not_read if r.get("link") == str(logs / name)]
         assert len(said) == 1 and said[0]["rule"] == "symlinks: owner" and said[0]["level"] == "info", (name, said)
     assert [r["reason"] for r in not_read if r["path"] == str(logs / "env.log")] == ["on /proc, /sys or /dev"]
+    assert [r["reason"] for r in not_read if r["path"] == str(logs / "pipe.log")] == ["not a regular file (a FIFO)"]
     assert d.alive and d.health() == 200
 
 
