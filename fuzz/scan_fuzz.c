@@ -107,17 +107,22 @@ static void check_taken(const unsigned char *buf, size_t size, const rules_t *R,
             CHECK(S->url_q < S->src[f].n - 1 && v[S->url_q] == '?');
     }
     if (S->found) {
-        out_t sized = {NULL, 0};
-        write_ecs(&sized, S, buf);
-        char *w = malloc((size_t)sized.n + 2);
+        /* write_ecs writes exactly the ecs_size the scan noted (pair_size relies on it): into a
+         * buffer of its sources' bytes twice (req.url is copied twice) and every literal, with a
+         * guard zone after it that must stay untouched */
+        Py_ssize_t room = 2 * (Py_ssize_t)size + 1024;
+        char *w = malloc((size_t)room + 64);
         CHECK(w != NULL);
+        memset(w, 0x7f, (size_t)room + 64);
         w[0] = '{';
-        out_t o = {w + 1, 0};
-        write_ecs(&o, S, buf);
-        CHECK(o.n == sized.n && sized.n == S->ecs_n && (o.n == 0 || w[1] == ','));   /* host.hostname alone: nothing here */
+        char *end = write_ecs(w + 1, S, buf);
+        Py_ssize_t n = end - (w + 1);
+        CHECK(n == S->ecs_n && n == ecs_size(S) && n <= room && (n == 0 || w[1] == ','));   /* host.hostname alone: nothing here */
+        for (Py_ssize_t i = n + 1; i < room + 64; i++)
+            CHECK(w[i] == 0x7f);
         /* balanced braces outside strings, and no raw control byte */
         int depth = 0, in_str = 0;
-        for (Py_ssize_t i = 2; i <= o.n; i++) {
+        for (Py_ssize_t i = 2; i <= n; i++) {
             char c = w[i];
             CHECK((unsigned char)c >= 0x20);
             if (in_str) {

@@ -115,6 +115,10 @@ static const unsigned FIELD_ROOT[NFIELDS] = {
     R_TRACE, R_SPAN, R_TRANSACTION, R_ERROR, R_ERROR, R_ERROR, R_PROCESS, R_HOST, R_SERVICE,
     R_HTTP, R_HTTP, R_URL, R_CLIENT, R_CLIENT, R_USER_AGENT, R_HTTP, R_EVENT
 };
+#define NROOTS 12
+_Static_assert(R_EVENT == 1 << (NROOTS - 1), "NROOTS: the R_x bits");
+/* the F_x bits of the fields that go in each object, by its R_x bit's index (init_tables) */
+static uint32_t root_fields[NROOTS];
 #define MAX_CUTS 32            /* ranges cut from a line's body (replace): more is the fallback's */
 #define ECS_OFF 0
 #define ECS_ADD 1
@@ -146,14 +150,8 @@ typedef struct scan_s {
     Py_ssize_t cut_n;          /* their bytes */
 } scan_t;
 
-/* Bytes written, or only counted (w == NULL): the ECS part of a pair is sized, then written. */
-typedef struct {
-    char *w;
-    Py_ssize_t n;
-} out_t;
-
-/* the ECS part of a pair (after host.name), written or counted: defined with the writer below */
-static void write_ecs(out_t *o, const struct scan_s *S, const unsigned char *data);
+/* the bytes of the ECS part of a pair (after host.name): defined with its writer below */
+static Py_ssize_t ecs_size(const struct scan_s *S);
 
 typedef struct {
     span_t keys[MAX_RESERVED];
@@ -182,6 +180,10 @@ static locale_t c_numeric;
 static void init_tables(void) {
     for (int c = 0; c < 256; c++)
         string_stop[c] = (c == '"' || c == '\\' || c < 0x20 || c >= 0x80);
+    for (int f = 0; f < NFIELDS; f++)
+        for (int r = 0; r < NROOTS; r++)
+            if (FIELD_ROOT[f] >> r & 1)
+                root_fields[r] |= 1u << f;
     if (c_numeric == (locale_t)0)
         c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
 }
@@ -929,15 +931,10 @@ static void scan_line(parser_t *P, const unsigned char *data, Py_ssize_t len, co
     if (P->s != P->e || !have_time)
         return;
     if (out->found) {
-        unsigned need = 0;
-        for (int i = 0; i < NFIELDS; i++)
-            if (out->found >> i & 1)
-                need |= FIELD_ROOT[i];
-        if (need & (roots | R->fixed_roots))
-            return;   /* an ECS object of the line's own (or the input's fields) gets fields: the fallback merges */
-        out_t sized = {NULL, 0};
-        write_ecs(&sized, out, data);
-        out->ecs_n = sized.n;
+        for (unsigned have = (roots | R->fixed_roots) & ((1u << NROOTS) - 1); have; have &= have - 1)
+            if (out->found & root_fields[__builtin_ctz(have)])
+                return;   /* an ECS object of the line's own (or the input's fields) gets fields: the fallback merges */
+        out->ecs_n = ecs_size(out);
         if (out->ncut && !sort_cuts(out))
             return;
     }
@@ -1023,45 +1020,57 @@ static const char LEVEL_KEY[] = ",\"level\":";
 static const char HOSTNAME_KEY[] = ",\"hostname\":";
 
 
-static inline void o_put(out_t *o, const void *p, Py_ssize_t n) {
-    if (o->w != NULL)
-        memcpy(o->w + o->n, p, (size_t)n);
-    o->n += n;
-}
-#define O_LIT(o, lit) o_put((o), (lit), (Py_ssize_t)sizeof(lit) - 1)
+/* The ECS part of a pair is sized in the scan (ecs_size, arithmetic: no byte is formatted twice)
+ * and written once (write_ecs, into the pair sized with it). Both take every literal from the
+ * definitions below, and fuzz/scan_fuzz.c checks for every line the scan takes that write_ecs
+ * writes exactly ecs_size bytes. */
+#define LIT(s) s, (Py_ssize_t)sizeof(s) - 1
+#define LIT_N(s) ((Py_ssize_t)sizeof(s) - 1)
+#define HAS(S, f) ((S)->found >> (f) & 1u)
 
-static inline void o_src(out_t *o, const scan_t *S, const unsigned char *data, int f) {
-    o_put(o, data + S->src[f].at, (Py_ssize_t)S->src[f].n);
+static const unsigned long long POW10U[20] = {
+    1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull, 100000000ull, 1000000000ull,
+    10000000000ull, 100000000000ull, 1000000000000ull, 10000000000000ull, 100000000000000ull,
+    1000000000000000ull, 10000000000000000ull, 100000000000000000ull, 1000000000000000000ull,
+    10000000000000000000ull};
+
+/* the magnitude of v: |v| as an unsigned, LLONG_MIN included */
+static inline unsigned long long magnitude(long long v) {
+    return v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
 }
 
-static void o_int(out_t *o, long long v) {
-    char buf[24];
-    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    int n = 0;
+/* the bytes of v in decimal, its '-' included */
+static inline Py_ssize_t int_len(long long v) {
+    unsigned long long u = magnitude(v);
+    Py_ssize_t n = 1;
+    while (n < 20 && u >= POW10U[n])
+        n++;
+    return n + (v < 0);
+}
+
+static inline char *put_int(char *w, long long v) {
+    Py_ssize_t n = int_len(v);
+    unsigned long long u = magnitude(v);
+    char *end = w + n;
     do {
-        buf[sizeof(buf) - 1 - n++] = (char)('0' + u % 10);
+        *--end = (char)('0' + u % 10);
         u /= 10;
     } while (u);
     if (v < 0)
-        buf[sizeof(buf) - 1 - n++] = '-';
-    o_put(o, buf + sizeof(buf) - n, n);
+        *--end = '-';
+    return w + n;
 }
 
-/* `key` (`"name":`) then the source of field f, after a ',' unless it is its object's first member */
-static inline void o_member(out_t *o, int *first, const char *key, Py_ssize_t key_n, const scan_t *S,
-                            const unsigned char *data, int f) {
-    if (!*first)
-        O_LIT(o, ",");
-    *first = 0;
-    o_put(o, key, key_n);
-    o_src(o, S, data, f);
+static inline char *put_src(char *w, const scan_t *S, const unsigned char *data, int f) {
+    memcpy(w, data + S->src[f].at, S->src[f].n);
+    return w + S->src[f].n;
 }
-#define HAS(S, f) ((S)->found >> (f) & 1u)
 
 /* An ECS object whose members are copied as they are: its name and each member's source. */
 typedef struct {
     const char *open;          /* `,"error":{` */
     Py_ssize_t open_n;
+    uint32_t fields;           /* the F_x bits of its members */
     struct {
         int f;
         const char *key;       /* `"type":` */
@@ -1069,90 +1078,145 @@ typedef struct {
     } m[3];
     int n;
 } object_t;
-#define LIT(s) s, (Py_ssize_t)sizeof(s) - 1
 static const object_t COPIED[] = {
-    {LIT(",\"trace\":{"), {{F_TRACE, LIT("\"id\":")}}, 1},
-    {LIT(",\"span\":{"), {{F_SPAN, LIT("\"id\":")}}, 1},
-    {LIT(",\"transaction\":{"), {{F_TRANSACTION, LIT("\"id\":")}}, 1},
-    {LIT(",\"error\":{"), {{F_ERR_TYPE, LIT("\"type\":")}, {F_ERR_MESSAGE, LIT("\"message\":")},
-                           {F_ERR_STACK, LIT("\"stack_trace\":")}}, 3},
-    {LIT(",\"process\":{"), {{F_PID, LIT("\"pid\":")}}, 1},
-    {LIT(",\"service\":{"), {{F_NAME, LIT("\"name\":")}}, 1},
-    {LIT(",\"client\":{"), {{F_CLIENT_ADDRESS, LIT("\"address\":")}, {F_CLIENT_PORT, LIT("\"port\":")}}, 2},
-    {LIT(",\"user_agent\":{"), {{F_USER_AGENT, LIT("\"original\":")}}, 1},
+    {LIT(",\"trace\":{"), 1u << F_TRACE, {{F_TRACE, LIT("\"id\":")}}, 1},
+    {LIT(",\"span\":{"), 1u << F_SPAN, {{F_SPAN, LIT("\"id\":")}}, 1},
+    {LIT(",\"transaction\":{"), 1u << F_TRANSACTION, {{F_TRANSACTION, LIT("\"id\":")}}, 1},
+    {LIT(",\"error\":{"), 1u << F_ERR_TYPE | 1u << F_ERR_MESSAGE | 1u << F_ERR_STACK,
+     {{F_ERR_TYPE, LIT("\"type\":")}, {F_ERR_MESSAGE, LIT("\"message\":")}, {F_ERR_STACK, LIT("\"stack_trace\":")}}, 3},
+    {LIT(",\"process\":{"), 1u << F_PID, {{F_PID, LIT("\"pid\":")}}, 1},
+    {LIT(",\"service\":{"), 1u << F_NAME, {{F_NAME, LIT("\"name\":")}}, 1},
+    {LIT(",\"client\":{"), 1u << F_CLIENT_ADDRESS | 1u << F_CLIENT_PORT,
+     {{F_CLIENT_ADDRESS, LIT("\"address\":")}, {F_CLIENT_PORT, LIT("\"port\":")}}, 2},
+    {LIT(",\"user_agent\":{"), 1u << F_USER_AGENT, {{F_USER_AGENT, LIT("\"original\":")}}, 1},
 };
+#define NCOPIED (sizeof(COPIED) / sizeof(COPIED[0]))
+#define HTTP_FIELDS (1u << F_REQ_ID | 1u << F_REQ_METHOD | 1u << F_STATUS)
+#define REQUEST_FIELDS (1u << F_REQ_ID | 1u << F_REQ_METHOD)
+static const char HTTP_OPEN[] = ",\"http\":{", REQUEST_OPEN[] = "\"request\":{", ID_KEY[] = "\"id\":",
+    METHOD_KEY[] = "\"method\":", RESPONSE_OPEN[] = "\"response\":{\"status_code\":",
+    URL_OPEN[] = ",\"url\":{\"original\":", PATH_KEY[] = ",\"path\":", QUERY_KEY[] = ",\"query\":\"",
+    EVENT_OPEN[] = ",\"event\":{\"duration\":";
+
+/* The bytes write_ecs writes for S (see above). */
+static Py_ssize_t ecs_size(const scan_t *S) {
+    Py_ssize_t n = 0;
+    for (size_t i = 0; i < NCOPIED; i++) {
+        const object_t *ob = &COPIED[i];
+        if (!(S->found & ob->fields))
+            continue;
+        n += ob->open_n;                  /* its opening; its '}' counts as its first member's ',' */
+        for (int j = 0; j < ob->n; j++)
+            if (HAS(S, ob->m[j].f))
+                n += 1 + ob->m[j].key_n + S->src[ob->m[j].f].n;
+    }
+    if (S->found & HTTP_FIELDS) {
+        n += LIT_N(HTTP_OPEN) + 1;
+        if (S->found & REQUEST_FIELDS) {
+            n += LIT_N(REQUEST_OPEN) + 1;
+            if (HAS(S, F_REQ_ID))
+                n += LIT_N(ID_KEY) + (S->req_id_is_int ? 2 + int_len(S->req_id) : S->src[F_REQ_ID].n);
+            if (HAS(S, F_REQ_METHOD))
+                n += HAS(S, F_REQ_ID) + LIT_N(METHOD_KEY) + S->src[F_REQ_METHOD].n;
+            n += HAS(S, F_STATUS);
+        }
+        if (HAS(S, F_STATUS))
+            n += LIT_N(RESPONSE_OPEN) + S->src[F_STATUS].n + 1;
+    }
+    if (HAS(S, F_REQ_URL)) {
+        Py_ssize_t un = S->src[F_REQ_URL].n, q = S->url_q;
+        n += LIT_N(URL_OPEN) + un + LIT_N(PATH_KEY) + 1;
+        if (q) {
+            n += q + 1;
+            if (un - q - 1 > 1)
+                n += LIT_N(QUERY_KEY) + un - q - 1;
+        } else {
+            n += un;
+        }
+    }
+    if (HAS(S, F_DURATION))
+        n += LIT_N(EVENT_OPEN) + int_len(S->duration_ns) + 1;
+    return n;
+}
 
 /* The ECS objects of a line the scan took (ecs.py's table; the line has none of them: scan_line),
- * as members of the document: `,"trace":{"id":..}`... host.hostname goes with host.name, in
- * write_pair. */
-static void write_ecs(out_t *o, const scan_t *S, const unsigned char *data) {
-    int first;
-    for (size_t i = 0; i < sizeof(COPIED) / sizeof(COPIED[0]); i++) {
+ * as members of the document: `,"trace":{"id":..}`..., ecs_size(S) bytes at w; returns the end.
+ * host.hostname goes with host.name, in write_pair. */
+static char *write_ecs(char *w, const scan_t *S, const unsigned char *data) {
+    for (size_t i = 0; i < NCOPIED; i++) {
         const object_t *ob = &COPIED[i];
-        first = 1;
+        if (!(S->found & ob->fields))
+            continue;
+        w = put(w, ob->open, ob->open_n);
+        int first = 1;
         for (int j = 0; j < ob->n; j++) {
             if (!HAS(S, ob->m[j].f))
                 continue;
-            if (first)
-                o_put(o, ob->open, ob->open_n);
-            o_member(o, &first, ob->m[j].key, ob->m[j].key_n, S, data, ob->m[j].f);
+            if (!first)
+                *w++ = ',';
+            first = 0;
+            w = put(w, ob->m[j].key, ob->m[j].key_n);
+            w = put_src(w, S, data, ob->m[j].f);
         }
-        if (!first)
-            O_LIT(o, "}");
+        *w++ = '}';
     }
-    if (S->found & (1u << F_REQ_ID | 1u << F_REQ_METHOD | 1u << F_STATUS)) {
-        O_LIT(o, ",\"http\":{");
-        if (S->found & (1u << F_REQ_ID | 1u << F_REQ_METHOD)) {
-            first = 1;
-            O_LIT(o, "\"request\":{");
+    if (S->found & HTTP_FIELDS) {
+        w = put(w, LIT(HTTP_OPEN));
+        if (S->found & REQUEST_FIELDS) {
+            w = put(w, LIT(REQUEST_OPEN));
             if (HAS(S, F_REQ_ID)) {
+                w = put(w, LIT(ID_KEY));
                 if (S->req_id_is_int) {
-                    first = 0;
-                    O_LIT(o, "\"id\":\"");
-                    o_int(o, S->req_id);
-                    O_LIT(o, "\"");
+                    *w++ = '"';
+                    w = put_int(w, S->req_id);
+                    *w++ = '"';
                 } else {
-                    o_member(o, &first, LIT("\"id\":"), S, data, F_REQ_ID);
+                    w = put_src(w, S, data, F_REQ_ID);
                 }
             }
-            if (HAS(S, F_REQ_METHOD))
-                o_member(o, &first, LIT("\"method\":"), S, data, F_REQ_METHOD);
-            O_LIT(o, "}");
+            if (HAS(S, F_REQ_METHOD)) {
+                if (HAS(S, F_REQ_ID))
+                    *w++ = ',';
+                w = put(w, LIT(METHOD_KEY));
+                w = put_src(w, S, data, F_REQ_METHOD);
+            }
+            *w++ = '}';
             if (HAS(S, F_STATUS))
-                O_LIT(o, ",");
+                *w++ = ',';
         }
         if (HAS(S, F_STATUS)) {
-            O_LIT(o, "\"response\":{\"status_code\":");
-            o_src(o, S, data, F_STATUS);
-            O_LIT(o, "}");
+            w = put(w, LIT(RESPONSE_OPEN));
+            w = put_src(w, S, data, F_STATUS);
+            *w++ = '}';
         }
-        O_LIT(o, "}");
+        *w++ = '}';
     }
     if (HAS(S, F_REQ_URL)) {
         /* url.path and url.query: the raw text before and after its first '?' (req.url has no
          * escape: take_string), the query only when not empty */
         const unsigned char *u = data + S->src[F_REQ_URL].at;
         Py_ssize_t un = S->src[F_REQ_URL].n, q = S->url_q;
-        O_LIT(o, ",\"url\":{\"original\":");
-        o_put(o, u, un);
-        O_LIT(o, ",\"path\":");
+        w = put(w, LIT(URL_OPEN));
+        w = put(w, u, un);
+        w = put(w, LIT(PATH_KEY));
         if (q) {
-            o_put(o, u, q);
-            O_LIT(o, "\"");
+            w = put(w, u, q);
+            *w++ = '"';
             if (un - q - 1 > 1) {
-                O_LIT(o, ",\"query\":\"");
-                o_put(o, u + q + 1, un - q - 1);
+                w = put(w, LIT(QUERY_KEY));
+                w = put(w, u + q + 1, un - q - 1);
             }
         } else {
-            o_put(o, u, un);
+            w = put(w, u, un);
         }
-        O_LIT(o, "}");
+        *w++ = '}';
     }
     if (HAS(S, F_DURATION)) {
-        O_LIT(o, ",\"event\":{\"duration\":");
-        o_int(o, S->duration_ns);
-        O_LIT(o, "}");
+        w = put(w, LIT(EVENT_OPEN));
+        w = put_int(w, S->duration_ns);
+        *w++ = '}';
     }
+    return w;
 }
 
 #ifndef SHIPPER_SCAN_ONLY
@@ -1294,9 +1358,7 @@ static char *write_pair(const emit_t *E, const scan_t *S, const unsigned char *d
             w = put(w, data + S->src[F_HOSTNAME].at, S->src[F_HOSTNAME].n);
         }
         *w++ = '}';
-        out_t o = {w, 0};
-        write_ecs(&o, S, data);
-        w += o.n;
+        w = write_ecs(w, S, data);
     } else {
         *w++ = '}';
     }
