@@ -160,9 +160,22 @@ class TemplateGate:
             log.warning("index template not installed: the destination refused it; shipping goes on "
                         "with its own mappings", extra={"reason": res.detail, "template": TEMPLATE_NAME})
             return
-        log.info("index template " + ("installed" if res.state in ("installed", "replaced") else "already there"),
-                 extra={"template": TEMPLATE_NAME, "patterns": list(res.patterns),
-                        "distribution": res.distribution.detail if res.distribution else None})
+        dist = res.distribution.detail if res.distribution else None
+        if res.state == "exists":
+            # someone's template of that name, left alone: said as `shipper check` says it when it
+            # does not cover what this config writes (those indices get the destination's guesses)
+            theirs = [str(p) for p in (res.template or {}).get("index_patterns") or []]
+            missing = [p for p in res.patterns if not any(_covers(op, p) for op in theirs)]
+            if missing:
+                log.warning("index template exists but does not cover the indices written (`shipper template --force`)",
+                            extra={"template": TEMPLATE_NAME, "patterns": theirs, "not_covered": missing,
+                                   "distribution": dist})
+                return
+            log.info("index template already there", extra={"template": TEMPLATE_NAME, "patterns": theirs,
+                                                             "distribution": dist})
+            return
+        log.info("index template installed", extra={"template": TEMPLATE_NAME, "patterns": list(res.patterns),
+                                                     "distribution": dist})
 
 
 def guard_first_bulk(client: BulkClient, cfg: Config) -> TemplateGate | None:

@@ -159,6 +159,36 @@ async def test_an_existing_template_is_left_alone_unless_forced(es: ES) -> None:
         await s.client.close()
 
 
+async def test_an_existing_template_that_does_not_cover_the_indices_is_a_warning(
+        es: ES, fault_proxy: FaultProxy, caplog: pytest.LogCaptureFixture) -> None:
+    """Found trying main as a user: a `shipper` template left by another config (patterns `s1-*`)
+    was logged at info as "index template already there" with *this* config's patterns, while the
+    indices it wrote got Elasticsearch's guessed mappings. The start-up log says it, as `shipper
+    check` does; one that covers them stays one info line with the patterns it has."""
+    es.request("PUT", f"/_index_template/{TEMPLATE_NAME}", {"index_patterns": ["other-*"], "priority": 90})
+    s, gate = sender(config(fault_proxy.url))
+    try:
+        with caplog.at_level(logging.INFO, logger="shipper.output"):
+            assert await s.deliver(attempt("logs-2026.12.01", range(3))) == []
+    finally:
+        await s.client.close()
+    assert gate.result is not None and gate.result.state == "exists"
+    (w,) = warnings(caplog)
+    assert w.__dict__["patterns"] == ["other-*"] and w.__dict__["not_covered"] == ["logs-*"], w.__dict__
+    assert "shipper template --force" in w.getMessage()
+    es.request("PUT", f"/_index_template/{TEMPLATE_NAME}", {"index_patterns": ["logs-*"], "priority": 90})
+    caplog.clear()
+    s, gate = sender(config(fault_proxy.url))
+    try:
+        with caplog.at_level(logging.INFO, logger="shipper.output"):
+            assert await s.deliver(attempt("logs-2026.12.01", range(3, 6))) == []
+    finally:
+        await s.client.close()
+    assert warnings(caplog) == []
+    [info] = [r for r in caplog.records if r.getMessage() == "index template already there"]
+    assert info.__dict__["patterns"] == ["logs-*"]
+
+
 async def test_a_conflicting_template_is_one_warning_and_shipping_goes_on(
         es: ES, fault_proxy: FaultProxy, caplog: pytest.LogCaptureFixture) -> None:
     # someone else's template with the same patterns and priority: Elasticsearch (and osmem) answer 400
