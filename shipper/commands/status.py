@@ -101,6 +101,10 @@ def _stopped_files(spool: SpoolContents) -> list[dict[str, Any]]:
         inc = cp.incarnation
         if is_journal_checkpoint(cp):
             continue               # shown in `journald`
+        if cp.finished:
+            # read to its end (rotated away, deleted, or truncated by copytruncate: the file now at
+            # its inode is the next incarnation's): nothing left to read; what it queued is the queue's
+            continue
         size = None
         try:
             st = os.stat(cp.path)
@@ -108,15 +112,13 @@ def _stopped_files(spool: SpoolContents) -> list[dict[str, Any]]:
                 size = st.st_size
         except OSError:
             pass
-        if cp.finished and size is None:
-            continue               # rotated away and read to its end: nothing left to show
         if size is None:
             size = cp.size
         off = shipped.get(inc, cp.offset)
         moved = not _at_path(cp)
         files.append({"path": cp.path, "inode": cp.inode, "incarnation": inc, "offset": off,
                       "queued_offset": cp.offset, "size": size, "lag_bytes": max(0, size - off),
-                      "state": "finished" if cp.finished else ("rotated" if moved else "stopped"),
+                      "state": "rotated" if moved else "stopped",
                       "updated": cp.updated, "rate_bytes_per_s": None, "eta_s": None})
     files.sort(key=_newest_first)
     return files
