@@ -200,9 +200,13 @@ class Journal:
         header's n_entries counts it) before it links it into the entry list of each of its fields'
         DATA objects. A reader matching `field` that looks in between finds nothing new, notes the
         count, and skips the file at every wake-up until the count changes. The follower is stopped,
-        the run written, the last entry unlisted from `field`'s DATA object (its n_entries one lower),
-        the follower let look (until it read its inotify events and waits in ppoll again), then the
-        write completed: the count restored and the writer's post-change ftruncate."""
+        the run written, the last entry unlisted from `field`'s DATA object (its n_entries one lower)
+        and the file's IN_MODIFY made, the follower let look (until it read its inotify events and
+        waits in ppoll again), then the write completed: the count restored and another IN_MODIFY."""
+        # past its start: journalctl lists the directory before it watches it (sd_journal_get_fd), so a
+        # file made in between is never seen by that child (shipper's header watch restarts it: not
+        # what this harness is for)
+        _wait_for(lambda: _in_poll(follower), f"journalctl {follower} waiting for changes")
         os.kill(follower, signal.SIGSTOP)
         try:
             _wait_for(lambda: _proc_state(follower) in ("T", "t"), f"journalctl {follower} stopped")
@@ -212,10 +216,17 @@ class Journal:
             try:
                 (n,) = struct.unpack("<Q", os.pread(fd, 8, at))
                 os.pwrite(fd, struct.pack("<Q", n - 1), at)
+                # a wake-up of our own while it is stopped (the writer's post-change: ftruncate to the
+                # same size is an IN_MODIFY): journal-remote's own may not come before it exits
+                os.ftruncate(fd, os.fstat(fd).st_size)
                 reads = _syscalls_read(follower)
                 os.kill(follower, signal.SIGCONT)
                 _wait_for(lambda: _syscalls_read(follower) > reads and _in_poll(follower),
-                          f"journalctl {follower} looked at the file and waits again")
+                          lambda: (f"journalctl {follower} looked at the file and waits again (reads {reads} -> "
+                                   f"{_syscalls_read(follower)}, state {_proc_state(follower)}, syscall "
+                                   f"{Path(f'/proc/{follower}/syscall').read_text().split()[:3]}, "
+                                   f"wchan {Path(f'/proc/{follower}/wchan').read_text()}, "
+                                   f"{_watches(follower)}, files {sorted(os.listdir(self.directory))}, {self.path})"))
                 os.pwrite(fd, struct.pack("<Q", n), at)
                 os.ftruncate(fd, os.fstat(fd).st_size)
             finally:
@@ -309,6 +320,18 @@ def follower_of(pid: int) -> int:
                     return int(child)
         return None
     return int(_wait_for(find, f"a journalctl --follow child of {pid}"))
+
+
+def _watches(pid: int) -> list[str]:
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            text = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        out.append(f"{fd}->{target}: " + " | ".join(line for line in text.splitlines() if line.startswith("inotify")))
+    return out
 
 
 def _proc_state(pid: int) -> str:
