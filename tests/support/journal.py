@@ -351,7 +351,7 @@ def _in_poll(pid: int) -> bool:
     return _proc_state(pid) == "S" and nr == {"x86_64": "271", "aarch64": "73"}.get(os.uname().machine, nr)
 
 
-def _wait_for(cond: Callable[[], Any], what: str) -> Any:
+def _wait_for(cond: Callable[[], Any], what: str | Callable[[], str]) -> Any:
     return wait_until(cond, what, interval_s=0.002)
 
 
