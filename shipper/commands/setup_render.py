@@ -53,8 +53,9 @@ def render_config(token: str, globs: Sequence[str], receiver: str, state_dir: st
         units = ", ".join(_yaml_str(u) for u in journald_units)
         inputs += ["  - journald:", f"      units: [{units}]"]
     lines = [
-        "# Written by shipper-setup. The example config shipped with shipper (config/shipper.yaml)",
-        "# describes every key. To replace this file, run shipper-setup again with --force.",
+        "# Written by shipper-setup. Every key is described in the manual's configuration reference",
+        "# (docs/configuration.md in shipper's source; config/shipper.yaml there is the same as a file).",
+        "# To replace this file, run shipper-setup again with --force.",
         f"state_dir: {_yaml_str(state_dir)}",
         "inputs:",
         *inputs,
