@@ -27,6 +27,12 @@ class Drafts(Protocol):
         lines again, so those in flight go to the queue now, and so do those read of it from now on."""
         ...
 
+    def must_store(self, incarnation: str) -> None:
+        """A new incarnation (its checkpoint just staged): the _ids of its events are built from it,
+        so none goes out before it is in the state dir. A restart that did not find it would name
+        the same lines again under a new incarnation: other _ids, every line twice."""
+        ...
+
     async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:
         """Forget checkpoints between two drafts' writes: `pick` gets the incarnations the current
         draft moves (never forgotten) and returns those to delete; returns the ones deleted."""

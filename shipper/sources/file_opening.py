@@ -196,7 +196,7 @@ class FileOpener:
         fp_len, fp = identity.fingerprint_head(o.head[:st.st_size] if o.gz is None else o.head)
         cp = Checkpoint(identity.new_incarnation(), cand.doc_path or cand.path, st.st_dev, st.st_ino, fp_len, fp,
                         start, st.st_size, self.clock.time(), uid=st.st_uid)
-        rd.stage(cp)
+        rd.stage(cp, new=True)
         f = rd.make(cand.path, idx, o.fd, st, cp, gz=o.gz, role=d.role)
         if d.renamed:
             f.harvester.state = "renamed"

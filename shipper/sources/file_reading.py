@@ -244,9 +244,12 @@ class FileReader:
 
     # ---------------------------------------------------------------- what happened to open files
 
-    def stage(self, cp: Checkpoint) -> None:
+    def stage(self, cp: Checkpoint, new: bool = False) -> None:
+        """A checkpoint move, with the next draft; `new`: an incarnation just made (`must_store`)."""
         self.moves += 1
         self.writer.stage(cp)
+        if new:
+            self.writer.must_store(cp.incarnation)
         self.catalog.index(cp)
 
     def finish_cp(self, cp: Checkpoint) -> None:
@@ -354,7 +357,7 @@ class FileReader:
                         self.clock.time(), uid=old.uid)
         h.restart_at_zero(cp)
         f.holder = self.holder(f.input_idx)   # held lines of the old one are re-read from the copy
-        self.stage(cp)
+        self.stage(cp, new=True)
         # truncated more than once since we looked? the copies of what we never saw lie beside it too
         self.recovery.lost_sight_of(old.path, f.input_idx)
         self._rescan_soon()

@@ -67,6 +67,8 @@ class Router(Protocol):
     def checkpoints_moved(self) -> None: ...
     def holds(self, incarnation: str) -> bool: ...
     def doom(self, incarnation: str) -> None: ...
+    def unstored(self, incarnation: str) -> None: ...
+    def stored(self, checkpoints: list[Checkpoint]) -> None: ...
 
 
 class DraftWriter:
@@ -125,6 +127,11 @@ class DraftWriter:
         """The file of this incarnation is being deleted or truncated (`Drafts.must_spool`)."""
         self.keeper.doom(incarnation)
 
+    def must_store(self, incarnation: str) -> None:
+        """A new incarnation (`Drafts.must_store`): the drafts that hold it are spooled until a
+        record that writes its checkpoint is written."""
+        self.keeper.unstored(incarnation)
+
     async def commit(self, wait: bool = True) -> None:
         """Hand the draft over: to the spool as batches with the checkpoints it may move (one
         transaction), or out from memory (the keeper's `route`); then to the outbox.
@@ -170,7 +177,8 @@ class DraftWriter:
             # on the spool thread's queue now, behind the drafts before it: the thread goes from one
             # draft to the next without waiting for the loop to take the answer (issue 14: in a
             # backlog the reader fills the next draft in one round, and meanwhile the thread stood idle)
-            task = self._record(lambda: self._hand_over(draft, turn, plan), lambda out: self._stored(cps, out), draft)
+            task = self._record(lambda: self._hand_over(draft, turn, plan), lambda out: self._stored(cps, plan, out),
+                                draft)
         task.add_done_callback(_retrieve)       # a failure is raised through _error, by every later commit
         self._writes.append((draft, task))
         if wait:
@@ -261,7 +269,8 @@ class DraftWriter:
         # a full disk waits here (logged once): reading pauses with it, the files are the buffer
         return await self.disk.run(attempt)
 
-    def _stored(self, cps: list[Checkpoint], batches: list[tuple[BatchMeta, bytes]]) -> None:
+    def _stored(self, cps: list[Checkpoint], plan: list[Checkpoint], batches: list[tuple[BatchMeta, bytes]]) -> None:
+        self.keeper.stored(plan)
         for hook in self.checkpoints_written:
             hook(cps)
         self.deliver(batches)

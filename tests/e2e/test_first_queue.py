@@ -1,9 +1,10 @@
 """The file is the first queue (issue 46): `shipper run` as a subprocess, osmem-server as Elasticsearch.
 
 kill -9 five times at a steady rate; an outage longer than `spill_after` while writing (events go
-to the queue, then it drains, then they go from memory again); a file deleted with events in
-flight (spilled at once, so a kill -9 right after loses nothing); what the state dir is written
-while the destination keeps up. Each ends with the oracle: every line exactly once, promptly.
+to the queue, then it drains, then they go from memory again); kill -9 around the spill itself,
+five times; a file deleted with events in flight (spilled at once, so a kill -9 right after loses
+nothing); what the state dir is written while the destination keeps up. (kill -9 while rotating
+in every logrotate mode: tests/e2e/test_rotation.py.) Each ends with the oracle: every line exactly once, promptly.
 """
 
 from __future__ import annotations
@@ -115,10 +116,13 @@ def test_an_outage_longer_than_spill_after_fills_the_queue_which_drains_then_mem
 def test_a_file_deleted_with_events_in_flight_has_them_queued_at_once_and_a_kill9_loses_nothing(
         tmp_path: Path, es: ES, fault_proxy: FaultProxy, daemon_factory: Any) -> None:
     log = _logs(tmp_path)
-    fault_proxy.down()
     # spill_after far away: only the deletion can put these events in the queue
     d = daemon_factory(_config(tmp_path, fault_proxy.url, log, queue={"spool": "when_behind", "spill_after": "5m"}))
     d.wait_ready()
+    # a file the state dir knows (its first draft is spooled with its new incarnation, then acked)
+    write_lines(log, [500])
+    wait_until(lambda: _count(es) == 1 and d.status_json()["queue"]["events"] == 0, "the first line shipped")
+    fault_proxy.down()
     write_lines(log, range(500))
     wait_until(lambda: d.status_json()["queue"]["in_memory"]["events"] == 500, "500 events in flight from memory")
     st = d.status_json()
@@ -131,8 +135,8 @@ def test_a_file_deleted_with_events_in_flight_has_them_queued_at_once_and_a_kill
     fault_proxy.up()
     d.start()
     d.wait_ready()
-    wait_until(lambda: _count(es) >= 500, lambda: f"500 documents (have {_count(es)})", timeout_s=60)
-    es.assert_exactly_once(range(500), index=INDEX + "*")
+    wait_until(lambda: _count(es) >= 501, lambda: f"501 documents (have {_count(es)})", timeout_s=60)
+    es.assert_exactly_once(range(501), index=INDEX + "*")
     assert d.alive
 
 
@@ -164,3 +168,39 @@ def test_a_healthy_destination_costs_the_state_dir_checkpoints_only(tmp_path: Pa
     assert state <= (2 * seconds + 10) * CHECKPOINT_WRITE_BYTES, (state, seconds)
     assert _spilled(d, "late") == 0 and d.status_json()["queue"]["events"] == 0
     es.assert_exactly_once(range(10 + len(written)), index=INDEX + "*")
+
+
+def test_kill9_during_the_spill_itself_loses_and_repeats_nothing(tmp_path: Path, es: ES, fault_proxy: FaultProxy,
+                                                                 daemon_factory: Any) -> None:
+    """Five times: lines go out from memory at a steady rate, the destination stops answering, and
+    spill_after later what is in flight is spilled (one transaction with the checkpoints it lets
+    move); the daemon is killed at a random instant around that spill (before it, while it is
+    written, after it) and started again with the destination back. What the spill had committed
+    is sent from the queue, what it had not is read again from the file: every line once."""
+    log = _logs(tmp_path)
+    rng = random.Random(int(os.environ.get("FIRST_QUEUE_KILL_SEED", "46")))
+    d = daemon_factory(_config(tmp_path, fault_proxy.url, log, queue={"spool": "when_behind", "spill_after": "1s"},
+                               bulk_max_events=50))
+    d.wait_ready()
+    spills = 0
+    # a rate osmem-server keeps up with behind the fault proxy (the queue must drain between rounds)
+    with Writer(log, rate=150) as w:
+        for _ in range(5):
+            wait_until(lambda: (q := d.status_json()["queue"])["events"] == 0 and q["in_memory"]["events"] > 0,
+                       lambda: f"lines going out from memory\n{d.tail(20)}", timeout_s=60, interval_s=0.05)
+            fault_proxy.down()
+            time.sleep(rng.uniform(0.6, 1.6))   # not synchronisation: a random instant around the spill (1 s)
+            spills += _spilled(d, "late") > 0
+            d.kill9()
+            assert not d.alive
+            fault_proxy.up()
+            d.start()
+            d.wait_ready()
+        n = w.count
+        wait_until(lambda: w.count >= n + 300, "300 more lines")
+    written = w.written
+    wait_until(lambda: _count(es) >= len(written), lambda: f"{len(written)} documents (have {_count(es)})",
+               timeout_s=90, interval_s=0.25)
+    es.assert_exactly_once(written, index=INDEX + "*")
+    assert 0 < spills, "no kill came after a spill: the seed's instants all fell before it"
+    assert d.alive and "Traceback" not in d.output()

@@ -125,6 +125,7 @@ class Writer:
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
+        self._idle = threading.Event()        # set while paused, between batches
         self._reopen = threading.Event()
         self._fd: int | None = None
         self._error: BaseException | None = None
@@ -136,9 +137,14 @@ class Writer:
         self._thread.start()
         return self
 
-    def pause(self) -> None:
-        """Stop writing after the current batch (the fd, if kept open, stays open)."""
+    def pause(self, timeout_s: float = 10.0) -> None:
+        """Stop writing after the current batch and return once it is written (the fd, if kept
+        open, stays open): nothing is written from then until `resume()`."""
         self._running.clear()
+        deadline = time.monotonic() + timeout_s
+        while self._thread.is_alive() and not self._idle.wait(0.05):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"writer for {self.path} did not pause within {timeout_s}s")
 
     def resume(self) -> None:
         self._running.set()
@@ -225,7 +231,9 @@ class Writer:
             last = time.monotonic()
             while not self._stop.is_set():
                 if not self._running.is_set():
+                    self._idle.set()
                     self._running.wait()
+                    self._idle.clear()
                     last = time.monotonic()
                     continue
                 now = time.monotonic()
