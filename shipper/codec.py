@@ -4,18 +4,30 @@ Imports nothing of shipper, so the spool and ship/ both use it without importing
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 try:
     from isal import igzip as _gzip
+    from isal import isal_zlib as _zlib
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # pragma: no cover
     import gzip as _gzip  # type: ignore[no-redef]
+    import zlib as _zlib  # type: ignore[no-redef]
     from zlib import crc32 as _crc32
 
 LEVEL = 1   # the cheapest level: bodies are compressed once on the spool thread, at read speed
+_GZIP_WBITS = 31   # a gzip header and trailer, the largest window
 
 
-def gzip_compress(data: bytes) -> bytes:
-    return _gzip.compress(data, LEVEL)
+def gzip_compress(data: bytes | Sequence[bytes]) -> bytes:
+    """One gzip member of `data`, or of its parts one after the other (a body as grouped: the parts
+    are read where they are, never joined into one copy first)."""
+    if isinstance(data, bytes):
+        return _gzip.compress(data, LEVEL)
+    c = _zlib.compressobj(LEVEL, _zlib.DEFLATED, _GZIP_WBITS)
+    out = [c.compress(part) for part in data]
+    out.append(c.flush())
+    return b"".join(out)
 
 
 def gzip_decompress(data: bytes) -> bytes:

@@ -58,7 +58,7 @@ class Pipeline:
         # holds no more than the queue may: a spill of all of it keeps the queue within its bound.
         self.keeper = Keeper(cfg.queue.spool, cfg.queue.spill_after_s, self.outbox, spool, self.disk, events, clock,
                              memory_max_bytes=min(MEMORY_MAX_BYTES, cfg.queue.max_bytes))
-        self.writer = DraftWriter(spool, batching.group if with_ids else batching.group_without_ids,
+        self.writer = DraftWriter(spool, batching.group_parts if with_ids else batching.group_without_ids,
                                    self.outbox.add, self.disk, clock,
                                    max_events=out.bulk_max_events, max_bytes=out.bulk_max_bytes,
                                    gzip=out.compression == "gzip", wake=self.wake, keeper=self.keeper)

@@ -18,20 +18,23 @@ def group(parts: list[bytes], max_events: int, max_bytes: int,
     Never an empty body. One join per body (a large join releases the GIL). `multi`: parts[i]
     holds multi[i] pairs (the reader's C loop writes a run of them at once, `Draft.multi`); they
     are cut apart only when the parts do not go as one body."""
+    return [(b"".join(body), n) for body, n in group_parts(parts, max_events, max_bytes, multi)]
+
+
+def group_parts(parts: list[bytes], max_events: int, max_bytes: int,
+                multi: dict[int, int] | None = None) -> list[tuple[list[bytes], int]]:
+    """`group` with each body left as its parts, for a compressor to read one after the other
+    (`codec.gzip_compress`): a body is never copied whole only to be compressed."""
     n = len(parts)
     if multi:
         pairs = n + sum(multi.values()) - len(multi)
-        if pairs <= max_events:
-            body = b"".join(parts)
-            if len(body) <= max_bytes:
-                return [(body, pairs)]
+        if pairs <= max_events and sum(map(len, parts)) <= max_bytes:
+            return [(parts, pairs)]
         parts = one_pair_each(parts, multi)
         n = len(parts)
-    if n <= max_events:
-        body = b"".join(parts)
-        if len(body) <= max_bytes:
-            return [(body, n)] if n else []
-    out: list[tuple[bytes, int]] = []
+    if n <= max_events and sum(map(len, parts)) <= max_bytes:
+        return [(parts, n)] if n else []
+    out: list[tuple[list[bytes], int]] = []
     start = 0
     while start < n:
         end = min(n, start + max_events)
@@ -41,7 +44,7 @@ def group(parts: list[bytes], max_events: int, max_bytes: int,
             if size > max_bytes and i > start:
                 end = i
                 break
-        out.append((b"".join(parts[start:end]), end - start))
+        out.append((parts[start:end], end - start))
         start = end
     return out
 

@@ -5,12 +5,13 @@ No I/O: a value and the function that makes it; the spool thread runs it (spool/
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shipper.codec import gzip_compress
 
-Bodies = list[tuple[bytes, int]]                 # (NDJSON body, events) per batch
+Body = bytes | list[bytes]                        # an NDJSON body, or its parts in order (batching.group_parts)
+Bodies = Sequence[tuple[Body, int]]               # (body, events) per batch
 BodiesOrMaker = Bodies | Callable[[], Bodies]     # a maker runs on the spool thread (a large join releases the GIL)
 
 
@@ -29,4 +30,13 @@ class Made:
 def make_bodies(bodies: BodiesOrMaker, covers: dict[str, tuple[int, int]], gzip: bool) -> list[Made]:
     """The bodies (a maker is run here), compressed; every batch carries the draft's covers."""
     made = bodies() if callable(bodies) else bodies
-    return [Made(gzip_compress(b) if gzip else b, len(b), n, gzip, covers) for b, n in made if n]
+    out: list[Made] = []
+    for body, n in made:
+        if not n:
+            continue
+        raw = len(body) if isinstance(body, bytes) else sum(map(len, body))
+        if gzip:
+            out.append(Made(gzip_compress(body), raw, n, True, covers))    # parts compressed where they are
+        else:
+            out.append(Made(body if isinstance(body, bytes) else b"".join(body), raw, n, False, covers))
+    return out

@@ -422,17 +422,17 @@ class Spool:
         self.dead_letters = 0
         return len(keys)
 
-    def replay_dead_letters(self, make_bodies: Callable[[list[dict[str, Any]]], Bodies],
+    def replay_dead_letters(self, bodies_of: Callable[[list[dict[str, Any]]], Bodies],
                             gzip: bool) -> list[tuple[BatchMeta, bytes]]:
-        """Re-queue every dead letter as new batches (bodies from `make_bodies`, each one bulk request)
+        """Re-queue every dead letter as new batches (bodies from `bodies_of`, each one bulk request)
         and drop them from the dead-letter queue, in one transaction. Returns the new batches."""
         items = self.dead_letter_items()
         if not items:
             return []
-        stored = [(gzip_compress(b) if gzip else b, len(b), n) for b, n in make_bodies([v for _, v in items]) if n]
+        made = make_bodies(bodies_of([v for _, v in items]), {}, gzip)
         now = self.clock.time()
-        out = [(BatchMeta(self.next_seq + i, n, raw_len, len(st), gzip, {}, now), st)
-               for i, (st, raw_len, n) in enumerate(stored)]
+        out = [(BatchMeta(self.next_seq + i, m.events, m.raw_bytes, len(m.stored), gzip, {}, now), m.stored)
+               for i, m in enumerate(made)]
 
         def tx() -> None:
             with self.cache.transact():

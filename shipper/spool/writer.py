@@ -16,11 +16,11 @@ from shipper.errors import SpoolFullError
 from shipper.events import Events
 from shipper.model import BatchMeta, Checkpoint, Draft
 from shipper.spool.aio import AsyncSpool, CommitSkipped, WriteOrder
-from shipper.spool.made import Made
+from shipper.spool.made import Bodies, Made
 from shipper.spool.window import Route
 
 T = TypeVar("T")
-Group = Callable[[list[bytes], int, int, dict[int, int]], list[tuple[bytes, int]]]    # ship.batching.group
+Group = Callable[[list[bytes], int, int, dict[int, int]], Bodies]    # ship.batching.group_parts (or group)
 Deliver = Callable[[list[tuple[BatchMeta, bytes]]], None]             # ship.outbox.Outbox.add
 
 WRITES_BEHIND = 2             # drafts the reader may have handed to the spool thread and not yet seen written
@@ -203,10 +203,10 @@ class DraftWriter:
         self._turn += 1
         return self._turn
 
-    def _maker(self, draft: Draft) -> Callable[[], list[tuple[bytes, int]]]:
+    def _maker(self, draft: Draft) -> Callable[[], Bodies]:
         parts, multi, max_events, max_bytes, group = draft.parts, draft.multi, self.max_events, self.max_bytes, self.group
 
-        def bodies() -> list[tuple[bytes, int]]:
+        def bodies() -> Bodies:
             return group(parts, max_events, max_bytes, multi)     # on the spool thread
 
         return bodies

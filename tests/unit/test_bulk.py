@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import zlib
+
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
+from shipper import codec
 from shipper.ship import batching, bulk
+from shipper.spool.made import make_bodies
 
 
 def _items(*statuses: int | tuple[int, str]) -> dict:
@@ -138,6 +144,27 @@ def test_group_respects_bytes_and_never_makes_an_empty_body() -> None:
     pairs = [b"x" * 40, b"y" * 40, b"z" * 100, b"w" * 10]
     assert [n for _, n in batching.group(pairs, 10, 90)] == [2, 1, 1]
     assert batching.group([], 10, 90) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=hs.lists(hs.binary(max_size=3000) | hs.sampled_from([b"", b"\n", b"{}" * 700]), max_size=8))
+def test_a_body_compressed_from_its_parts_is_one_gzip_member_of_their_bytes(parts: list[bytes]) -> None:
+    z = codec.gzip_compress(parts)
+    d = zlib.decompressobj(31)                  # what Elasticsearch's gzip reader takes: one member, whole
+    assert d.decompress(z) == b"".join(parts) and d.eof and d.unused_data == b""
+    assert codec.gzip_decompress(z) == codec.gzip_decompress(codec.gzip_compress(b"".join(parts)))
+
+
+def test_bodies_made_from_parts_are_those_made_from_the_joined_bodies() -> None:
+    parts = [b'{"create":{"_id":"a-%d"}}\n{"n":%d}\n' % (i, i) for i in range(5)]
+    covers = {"inc": (0, 50)}
+    for gzip in (False, True):
+        from_parts = make_bodies([(parts[:3], 3), (parts[3:], 2), ([], 0)], covers, gzip)
+        joined = make_bodies([(b"".join(parts[:3]), 3), (b"".join(parts[3:]), 2)], covers, gzip)
+        assert [(m.raw_bytes, m.events, m.gzipped, m.covers) for m in from_parts] == \
+            [(m.raw_bytes, m.events, m.gzipped, m.covers) for m in joined]
+        assert [codec.decode_body(m.stored, gzip) for m in from_parts] == [b"".join(parts[:3]), b"".join(parts[3:])]
+        assert all(type(m.stored) is bytes for m in from_parts)
 
 
 def test_failure_store_items_are_delivered_and_counted_apart() -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from shipper.config import InputConfig
 from shipper.model import FLAG_TRUNCATED
 from shipper.parse.document import DocBuilder
-from shipper.ship.batching import group, one_pair_each
+from shipper.ship.batching import group, group_parts, one_pair_each
 from shipper.tail.lines import Built, LineSplitter
 from tests.support.native import c_function
 
@@ -230,3 +230,7 @@ def test_grouping_parts_that_hold_runs_of_pairs_equals_grouping_the_pairs(
         r += 1
     assert one_pair_each(parts, multi) == pairs
     assert group(parts, max_events, max_bytes, multi) == group(pairs, max_events, max_bytes)
+    # what the draft writer hands the spool thread: the same bodies, left as their parts
+    bodies = group_parts(parts, max_events, max_bytes, multi)
+    assert [(b"".join(b), n) for b, n in bodies] == group(pairs, max_events, max_bytes)
+    assert all(b and all(b) for b, _ in bodies)                     # no empty body, no empty part
