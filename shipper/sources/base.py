@@ -27,10 +27,10 @@ class Drafts(Protocol):
         lines again, so those in flight go to the queue now, and so do those read of it from now on."""
         ...
 
-    def must_store(self, incarnation: str) -> None:
-        """A new incarnation (its checkpoint just staged): the _ids of its events are built from it,
-        so none goes out before it is in the state dir. A restart that did not find it would name
-        the same lines again under a new incarnation: other _ids, every line twice."""
+    def must_store(self, cp: Checkpoint) -> None:
+        """A new incarnation, at its start: the _ids of its events are built from it, so none goes
+        out before it is in the state dir. A restart that did not find it would name the same lines
+        again under a new incarnation: other _ids, every line twice."""
         ...
 
     async def forget(self, pick: Callable[[set[str]], list[str]]) -> list[str]:

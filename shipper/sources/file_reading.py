@@ -249,7 +249,7 @@ class FileReader:
         self.moves += 1
         self.writer.stage(cp)
         if new:
-            self.writer.must_store(cp.incarnation)
+            self.writer.must_store(cp)
         self.catalog.index(cp)
 
     def finish_cp(self, cp: Checkpoint) -> None:

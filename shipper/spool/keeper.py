@@ -78,7 +78,7 @@ class Keeper:
         self._flights: dict[int, _Flight] = {}
         self._seq = 0                               # the last negative seq given
         self._doomed: set[str] = set()              # incarnations whose files are going away
-        self._unstored: set[str] = set()            # new incarnations whose checkpoint is not written yet
+        self._unstored: dict[str, Checkpoint] = {}  # new incarnations not in the state dir yet, at their start
         self._spills: set[asyncio.Future[None]] = set()
         self._flushed_at = float("-inf")
         self._acked_bytes = 0                       # requests acknowledged from memory since the last flush
@@ -91,8 +91,7 @@ class Keeper:
 
     def route(self, draft: Draft) -> Route:
         writer = self.writer
-        durable = bool(self._doomed) and any(inc in self._doomed for inc in draft.covers) \
-            or bool(self._unstored) and any(inc in self._unstored for inc in (*draft.covers, *draft.checkpoints))
+        durable = bool(self._doomed) and any(inc in self._doomed for inc in draft.covers)
         spooled = self.outbox.queue_events > 0 or bool(self._spills) or (writer is not None and writer.spooling)
         return route(self.mode, durable=durable, spooled=spooled, memory_bytes=self.window.memory_bytes,
                      draft_bytes=draft.nbytes, memory_max_bytes=self.memory_max_bytes)
@@ -147,16 +146,19 @@ class Keeper:
         if self.mode == "when_behind" and self.window.holds_memory(incarnation):
             self.spill("file_gone")
 
-    def unstored(self, incarnation: str) -> None:
-        """A new incarnation: its drafts are spooled (a record that writes its checkpoint) until one
-        is written; only then may its events go out from memory under _ids built from it."""
-        self._unstored.add(incarnation)
+    def unstored(self, cp: Checkpoint) -> None:
+        """A new incarnation, at its start: its _ids are built from it, so it must be in the state
+        dir before any of its events go out from memory (`to_store`)."""
+        self._unstored[cp.incarnation] = cp
 
-    def stored(self, checkpoints: list[Checkpoint]) -> None:
-        """A record with these checkpoints is written."""
-        if self._unstored:
-            for cp in checkpoints:
-                self._unstored.discard(cp.incarnation)
+    def to_store(self, draft: Draft) -> list[Checkpoint]:
+        """The new incarnations this draft (going out from memory) holds or moves: their checkpoints
+        at their start, for a record written before it is sent. A checkpoint at an incarnation's
+        start passes no event of it, so it may be written at any time. (A spooled draft writes them
+        with its own record, planned by the window: the writer drops them here too.)"""
+        if not self._unstored:
+            return []
+        return [cp for inc in (*draft.covers, *draft.checkpoints) if (cp := self._unstored.pop(inc, None)) is not None]
 
     def holds(self, incarnation: str) -> bool:
         """A draft of it is in flight or a checkpoint of it not written yet (not to be forgotten)."""

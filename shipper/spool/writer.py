@@ -67,8 +67,8 @@ class Router(Protocol):
     def checkpoints_moved(self) -> None: ...
     def holds(self, incarnation: str) -> bool: ...
     def doom(self, incarnation: str) -> None: ...
-    def unstored(self, incarnation: str) -> None: ...
-    def stored(self, checkpoints: list[Checkpoint]) -> None: ...
+    def unstored(self, cp: Checkpoint) -> None: ...
+    def to_store(self, draft: Draft) -> list[Checkpoint]: ...
 
 
 class DraftWriter:
@@ -127,10 +127,10 @@ class DraftWriter:
         """The file of this incarnation is being deleted or truncated (`Drafts.must_spool`)."""
         self.keeper.doom(incarnation)
 
-    def must_store(self, incarnation: str) -> None:
-        """A new incarnation (`Drafts.must_store`): the drafts that hold it are spooled until a
-        record that writes its checkpoint is written."""
-        self.keeper.unstored(incarnation)
+    def must_store(self, cp: Checkpoint) -> None:
+        """A new incarnation (`Drafts.must_store`): before the first draft that holds it goes out
+        from memory, a record writes its checkpoint as it is now (its start)."""
+        self.keeper.unstored(dataclasses.replace(cp))
 
     async def commit(self, wait: bool = True) -> None:
         """Hand the draft over: to the spool as batches with the checkpoints it may move (one
@@ -168,17 +168,22 @@ class DraftWriter:
             return
         did = self.keeper.add(draft, memory=where == "memory")
         if where == "memory":
+            new = self.keeper.to_store(draft)
+            if new:
+                # new incarnations: their checkpoints at their start, a record of their own, written
+                # before this draft goes out (its send waits for the lock that record holds)
+                self.flush(new).add_done_callback(_retrieve)
             made = self.spool.make(self._maker(draft), _covers(draft), self.gzip)
             made.add_done_callback(_retrieve)
             task: asyncio.Future[None] = asyncio.ensure_future(self._send(draft, did, made, cps))
         else:
+            self.keeper.to_store(draft)       # written with this record: the window plans them now
             plan = self.keeper.plan()
             turn = self._next_turn()
             # on the spool thread's queue now, behind the drafts before it: the thread goes from one
             # draft to the next without waiting for the loop to take the answer (issue 14: in a
             # backlog the reader fills the next draft in one round, and meanwhile the thread stood idle)
-            task = self._record(lambda: self._hand_over(draft, turn, plan), lambda out: self._stored(cps, plan, out),
-                                draft)
+            task = self._record(lambda: self._hand_over(draft, turn, plan), lambda out: self._stored(cps, out), draft)
         task.add_done_callback(_retrieve)       # a failure is raised through _error, by every later commit
         self._writes.append((draft, task))
         if wait:
@@ -269,8 +274,7 @@ class DraftWriter:
         # a full disk waits here (logged once): reading pauses with it, the files are the buffer
         return await self.disk.run(attempt)
 
-    def _stored(self, cps: list[Checkpoint], plan: list[Checkpoint], batches: list[tuple[BatchMeta, bytes]]) -> None:
-        self.keeper.stored(plan)
+    def _stored(self, cps: list[Checkpoint], batches: list[tuple[BatchMeta, bytes]]) -> None:
         for hook in self.checkpoints_written:
             hook(cps)
         self.deliver(batches)

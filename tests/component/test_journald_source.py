@@ -45,7 +45,7 @@ class Writer:
     def must_spool(self, incarnation: str) -> None:
         raise AssertionError("a journal is not a file that goes away")
 
-    def must_store(self, incarnation: str) -> None:
+    def must_store(self, cp: Checkpoint) -> None:
         raise AssertionError("a journal's _ids come from its cursors, not from an incarnation")
 
     def take(self) -> Draft:

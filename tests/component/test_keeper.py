@@ -29,16 +29,6 @@ def _rig(tmp_path: Path, **kw: Any) -> Rig:
     return Rig(tmp_path, [str(tmp_path / "*.log")], queue=QueueConfig(spool="when_behind", spill_after_s=1.0), **kw)
 
 
-async def _opened_empty(rig: Rig, log: Path) -> None:
-    """The file found while empty: its new incarnation's checkpoint is written first (a record of
-    its own), so what is read of it next may go out from memory under _ids built from it."""
-    log.touch()
-    await rig.p.rescan()
-    await rig.p.open_waiting()
-    await rig.p.commit()
-    assert [cp.offset for cp in await rig.checkpoints()] == [0]
-
-
 async def _read_and_hand_over(rig: Rig) -> None:
     """One read round and its draft, handed over and made (the outbox has its batches)."""
     p = rig.p
@@ -76,9 +66,9 @@ async def test_acked_from_memory_only_the_checkpoint_is_written(tmp_path: Path) 
 
 async def test_a_new_file_is_known_to_the_state_dir_before_any_of_its_events_go_out_from_memory(
         tmp_path: Path) -> None:
-    """Its _ids are built from its incarnation: the first draft holding it is spooled with its
-    checkpoint (a kill -9 before a checkpoint flush would otherwise name it anew after the restart,
-    and ship every line again under other _ids); once that is written, the next go out from memory."""
+    """Its _ids are built from its incarnation: before the first draft holding it goes out, a record
+    writes its checkpoint at its start (a kill -9 before the next checkpoint flush would otherwise
+    name it anew after the restart, and ship every line again under other _ids). Nothing is queued."""
     log = tmp_path / "app.log"
     rig = _rig(tmp_path)
     p = rig.p
@@ -87,16 +77,16 @@ async def test_a_new_file_is_known_to_the_state_dir_before_any_of_its_events_go_
         await p.rescan()
         await p.open_waiting()
         await _read_and_hand_over(rig)
+        assert [m.seq < 0 for m, _ in p.outbox._waiting] == [True], "out from memory"
         (cp,) = await rig.checkpoints()
-        assert cp.offset == log.stat().st_size, "the first draft's record wrote the new incarnation"
-        assert [m.seq > 0 for m, _ in p.outbox._waiting] == [True], "spooled, not out from memory"
+        assert cp.offset == 0, "the new incarnation, at its start, written before its batch went out"
+        assert _stored(rig).pending == {}
         await rig.collect()
-        await rig.spool.flush()
         _write_lines(log, 10, 5)
         await _read_and_hand_over(rig)
-        assert [m.seq < 0 for m, _ in p.outbox._waiting] == [True], "known now: from memory"
         await rig.collect()
         assert sorted(rig.messages()) == sorted(f"line {i}" for i in range(15))
+        assert [c.incarnation for c in await rig.checkpoints()] == [cp.incarnation]
     finally:
         await rig.close()
 
@@ -106,7 +96,6 @@ async def test_an_ack_out_of_order_never_moves_the_checkpoint_past_a_batch_still
     rig = _rig(tmp_path)
     p = rig.p
     try:
-        await _opened_empty(rig, log)
         _write_lines(log, 0, 10)
         await p.rescan()
         await p.open_waiting()
@@ -138,7 +127,6 @@ async def test_a_late_batch_is_spilled_with_its_checkpoint_and_newer_ones_queue_
     p = rig.p
     keeper = p.pipeline.keeper
     try:
-        await _opened_empty(rig, log)
         _write_lines(log, 0, 10)
         await p.rescan()
         await p.open_waiting()
@@ -179,7 +167,6 @@ async def test_a_spilled_batch_acked_meanwhile_leaves_the_queue(tmp_path: Path) 
     rig = _rig(tmp_path)
     p = rig.p
     try:
-        await _opened_empty(rig, log)
         _write_lines(log, 0, 10)
         await p.rescan()
         await p.open_waiting()
@@ -201,7 +188,6 @@ async def test_a_deleted_file_has_its_events_in_flight_spilled_at_once(tmp_path:
     p = rig.p
     try:
         with open(log, "ab") as writer:
-            await _opened_empty(rig, log)
             writer.write(b"".join(b"line %d\n" % i for i in range(10)))
             writer.flush()
             await p.rescan()
@@ -234,7 +220,6 @@ async def test_a_full_memory_makes_the_reader_wait_for_an_ack(tmp_path: Path) ->
     keeper = p.pipeline.keeper
     keeper.memory_max_bytes = 1             # any second draft is beyond it
     try:
-        await _opened_empty(rig, log)
         _write_lines(log, 0, 10)
         await p.rescan()
         await p.open_waiting()
@@ -262,7 +247,6 @@ async def test_dead_letters_of_a_batch_from_memory_are_stored_before_its_checkpo
     rig = _rig(tmp_path)
     p = rig.p
     try:
-        await _opened_empty(rig, log)
         _write_lines(log, 0, 3)
         await p.rescan()
         await p.open_waiting()
