@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The sanitizer step of .ci/run (about 2 minutes): the C fast paths built with ASan + UBSan
-# (clang), the splice and line tests run against that build, 60 s of the scan fuzzer and 15 s
-# of each differential harness. A crash fails the step and prints the reproducer's path.
+# The sanitizer step of .ci/run (about 1.5 minutes): the C fast paths built with ASan + UBSan
+# (clang), the splice and line tests run against that build, 60 s of the scan fuzzer beside 15 s
+# of each differential harness (one core each). A crash fails the step and prints the reproducer's path.
 # Needs clang, libclang-rt-dev and the venv (.ci/run installs them); FUZZ_SECONDS=N changes the 60.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,17 +37,20 @@ fuzz_run() {   # name, log, command...: run one fuzzer; on a crash print the log
   return 1
 }
 
-echo "== scan fuzzer (libFuzzer, ASan + UBSan), ${seconds}s"
+echo "== scan fuzzer (libFuzzer, ASan + UBSan), ${seconds}s, beside the differential harnesses (atheris, the sanitizer build), 15s each"
 fuzz_run scan_fuzz "$out/scan_fuzz.log" "$out/scan_fuzz" -max_total_time="$seconds" -dict=fuzz/json.dict \
   -max_len=16384 -timeout=10 -artifact_prefix="$out/artifacts/" -print_final_stats=1 \
-  "$out/ci-corpus/scan" "$out/corpus/scan"
-echo "== differential harnesses (atheris, the sanitizer build), 15s each"
+  "$out/ci-corpus/scan" "$out/corpus/scan" &
+scan=$!
+failed=0
 fuzz_run splice_fuzz "$out/splice_fuzz.log" env LD_PRELOAD="$atheris_rt" "$py" fuzz/splice_fuzz.py -detect_leaks=0 \
   -max_total_time=15 -dict=fuzz/json.dict -max_len=8192 -timeout=30 -artifact_prefix="$out/artifacts/" \
-  "$out/ci-corpus/splice" "$out/corpus/splice"
+  "$out/ci-corpus/splice" "$out/corpus/splice" || failed=1
 fuzz_run lines_fuzz "$out/lines_fuzz.log" env LD_PRELOAD="$atheris_rt" "$py" fuzz/lines_fuzz.py -detect_leaks=0 \
   -max_total_time=15 -max_len=2048 -timeout=30 -artifact_prefix="$out/artifacts/" \
-  "$out/ci-corpus/lines" "$out/corpus/lines"
+  "$out/ci-corpus/lines" "$out/corpus/lines" || failed=1
 fuzz_run fused_fuzz "$out/fused_fuzz.log" env LD_PRELOAD="$atheris_rt" "$py" fuzz/fused_fuzz.py -detect_leaks=0 \
   -max_total_time=15 -dict=fuzz/json.dict -max_len=4096 -timeout=30 -artifact_prefix="$out/artifacts/" \
-  "$out/ci-corpus/fused" "$out/corpus/fused"
+  "$out/ci-corpus/fused" "$out/corpus/fused" || failed=1
+wait "$scan" || failed=1
+exit "$failed"
