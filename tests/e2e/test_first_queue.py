@@ -148,9 +148,10 @@ def test_a_healthy_destination_costs_the_state_dir_checkpoints_only(tmp_path: Pa
     write_lines(log, range(10))
     wait_until(lambda: _count(es) >= 10, "the first lines")
     w0, p0, t0, size0 = d.metric("shipper_state_written_bytes_total"), _wchar(d.pid), time.monotonic(), log.stat().st_size
-    # a rate osmem-server keeps up with (a few hundred documents a second on the test machine)
-    with Writer(log, rate=200, start_seq=10, max_lines=2000) as w:
-        wait_until(lambda: w.is_done, "2000 lines written", timeout_s=30)
+    # a rate osmem-server answers within spill_after even with the 2 cores shared at load 4-5 (at
+    # 200 lines/s it fell behind there: 75-176 events spilled late, a destination not keeping up)
+    with Writer(log, rate=100, start_seq=10, max_lines=1000) as w:
+        wait_until(lambda: w.is_done, "1000 lines written", timeout_s=30)
     written = w.written
     wait_until(lambda: _count(es) >= len(written) + 10, lambda: f"{len(written) + 10} documents (have {_count(es)})",
                timeout_s=60, interval_s=0.25)
