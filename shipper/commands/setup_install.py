@@ -26,6 +26,7 @@ from shipper.commands.setup_render import (
     SYSTEMD_WANTS_LINK,
     UPSTART_JOB_PATH,
     InitSystem,
+    interpreter_of,
     is_under,
     mask_token,
     render_config,
@@ -227,9 +228,17 @@ def install(opts: SetupOptions, host: Host, prefix: Path) -> tuple[int, Report]:
     elif opts.init == "upstart":
         unit_changed = _install_file(prefix, UPSTART_JOB_PATH, render_upstart_job(
             opts.executable, opts.config_path), report)
-    if opts.init == "systemd" and is_under(opts.executable, HOME_TREES):
-        report.notes.append(f"warning: {opts.executable} is under a home directory, which the unit's "
-                            "ProtectHome hides; install shipper system-wide (pip install outside ~)")
+    if opts.init == "systemd":
+        if is_under(opts.executable, HOME_TREES):
+            report.notes.append(f"warning: {opts.executable} is under a home directory, which the unit's "
+                                "ProtectHome hides; install shipper system-wide (pip install outside ~)")
+        else:
+            python = interpreter_of(opts.executable)
+            if python is not None and is_under(python, HOME_TREES):
+                # a venv made from pyenv's, asdf's or conda's Python: bin/python3 links into a home
+                report.notes.append(f"warning: {opts.executable} runs {python}, under a home directory, which "
+                                    "the unit's ProtectHome hides (nor can the shipper user read it); make the "
+                                    "venv from a system Python (/usr/bin/python3 -m venv /opt/shipper)")
 
     started = _start_service(opts, host, report, config_changed or unit_changed, unit_changed)
     if started:

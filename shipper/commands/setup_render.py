@@ -195,6 +195,20 @@ def detect_init(root: Path | None) -> InitSystem:
     return "none"
 
 
+def interpreter_of(executable: str) -> str | None:
+    """The Python a console script runs with: its #! line's program, links resolved (a venv's
+    bin/python3 is a link to the Python it was made from); None when it names none."""
+    try:
+        with open(executable, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="surrogateescape").split()
+    return os.path.realpath(words[0]) if words else None
+
+
 def find_executable() -> str:
     """The `shipper` console script installed beside this one, for ExecStart."""
     candidate = Path(sysconfig.get_path("scripts")) / "shipper"

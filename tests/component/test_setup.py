@@ -447,3 +447,26 @@ def test_purge_removes_only_a_directory_shipper_made(tmp_path: Path, capsys: pyt
     (other / ".shipper-state-dir").write_text("")        # now it says it is shipper's
     code, _out, err = run_setup(capsys, "--root", str(tmp_path), "--uninstall", "--purge")
     assert code == 0 and not other.exists() and not config.exists(), err
+
+
+def test_a_python_under_a_home_directory_is_warned_of(tmp_path: Path) -> None:
+    """Found trying main as a user: a venv in /opt made with pyenv's Python (/root/.pyenv/...) has
+    bin/python3 -> a file under /root; the unit's ProtectHome hides it (and the shipper user cannot
+    read /root), so the service cannot start. shipper-setup judged only the `shipper` script's own
+    path (/opt/...) and said nothing. The interpreter its #! line names, links resolved, is judged too."""
+    venv = tmp_path / "opt" / "shipper" / "bin"
+    venv.mkdir(parents=True)
+    os.symlink("/root/.pyenv/versions/3.11.7/bin/python3.11", venv / "python3")
+    script = venv / "shipper"
+    script.write_text(f"#!{venv / 'python3'}\n# -*- coding: utf-8 -*-\nimport sys\n")
+    script.chmod(0o755)
+    code, report = setup.install(options(executable=str(script)), FakeHost(has_user=True), tmp_path / "root")
+    assert code == 0
+    [note] = [n for n in report.notes if "home directory" in n]
+    assert "/root/.pyenv/versions/3.11.7/bin/python3.11" in note and "ProtectHome" in note
+    # a venv made from the system's Python: no such warning
+    os.remove(venv / "python3")
+    os.symlink("/usr/bin/python3", venv / "python3")
+    code, report = setup.install(options(executable=str(script), is_forced=True), FakeHost(has_user=True),
+                                 tmp_path / "root2")
+    assert code == 0 and not [n for n in report.notes if "home directory" in n]
