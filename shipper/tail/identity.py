@@ -151,6 +151,7 @@ class Sibling:
     head: bytes
     compressed: bool
     uid: int = 0
+    in_progress: bool = False  # a .gz whose stream has not ended yet (gzip still writing it)
 
 
 def look_at(path: str) -> Sibling | None:
@@ -164,12 +165,31 @@ def look_at(path: str) -> Sibling | None:
         comp = is_compressed(path)
         head = head_of_fd(fd, comp)
         size = st.st_size
+        in_progress = comp and not head and gzip_in_progress(fd)
         if comp:
             hint = gzip_size_hint(fd, size)
             size = hint if hint is not None else 0
     finally:
         os.close(fd)
-    return Sibling(path, st.st_dev, st.st_ino, size, st.st_mtime, st.st_mtime_ns, head, comp, st.st_uid)
+    return Sibling(path, st.st_dev, st.st_ino, size, st.st_mtime, st.st_mtime_ns, head, comp, st.st_uid, in_progress)
+
+
+def gzip_in_progress(fd: int) -> bool:
+    """A .gz with no first bytes to read yet: is its stream unfinished (gzip still writing it: its
+    first bytes, which say whose copy it is, are to come)? A finished one of an empty file is not.
+    Called only when less than FP_MAX_BYTES came out of it, so what is there is small."""
+    try:
+        data = os.pread(fd, 1 << 16, 0)
+    except OSError:
+        return False
+    if len(data) < 18:                  # not yet a gzip header and trailer
+        return True
+    d = zlib.decompressobj(wbits=31)
+    try:
+        d.decompress(data)
+    except zlib.error:
+        return False                    # not gzip: nothing to wait for
+    return not d.eof
 
 
 def classify(sib: Sibling, dev: int, inode: int, fp_len: int, fp: str) -> Kind | None:

@@ -92,6 +92,8 @@ class Recovery:
                 self.events.file_closed(cp.path, cp.inode, cp.offset, "no input matches it any more")
                 self._finish(cp)
                 continue
+            if found is None and any(s.in_progress for s in sibs):
+                continue        # a .gz still being written may hold its rest: looked for at the next rescan
             if found is None:
                 lost = max(0, cp.size - cp.offset)
                 if lost:
@@ -149,6 +151,11 @@ class Recovery:
         for sib in sibs:
             key = (sib.dev, sib.inode)
             if sib.mtime <= since - MTIME_SLACK_S or key in seen or key in files.open or key in files.waiting:
+                continue
+            if sib.in_progress:
+                # gzip is still writing it: its first bytes, which tell a known incarnation's copy
+                # from a file no one saw, are not there yet; looked at again after the next rescan
+                self._successor_paths.setdefault(path, (since, idx))
                 continue
             if self.catalog.lookup(key, sib.head, None if sib.compressed else sib.size) is not None or \
                     self.catalog.copy_of(sib.path, sib.head, key) is not None:

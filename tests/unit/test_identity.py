@@ -142,3 +142,26 @@ def test_read_head_and_fingerprint_do_not_move_or_keep_the_fd(tmp_path: Path) ->
         identity.head_of_path(str(p))
         identity.path_matches(str(p), 5, identity.digest(b"01234"))
     assert set(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_gzip_still_being_written_is_in_progress_and_a_finished_one_is_not(tmp_path: Path) -> None:
+    """logrotate's `compress`: gzip writes app.log.1.gz over time. Until its first block is out the
+    file has no first bytes to tell whose copy it is (a look then took it for a file no one saw and
+    shipped it again under a new incarnation); such a sibling is `in_progress`, looked at again."""
+    import gzip as gz
+    content = b"".join(b'{"level":30,"seq":%d,"msg":"request completed"}\n' % i for i in range(400))
+    whole = gz.compress(content)
+    cases = {"empty.gz": b"", "header.gz": whole[:10], "start.gz": whole[:40], "half.gz": whole[: len(whole) // 2],
+             "done.gz": whole, "done-empty.gz": gz.compress(b""), "plain.gz": b"not gzip at all, a plain file"}
+    seen = {}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        sib = identity.look_at(str(tmp_path / name))
+        assert sib is not None
+        seen[name] = sib.in_progress
+    # half written, its first bytes are out already: they tell whose copy it is, nothing to wait for
+    assert seen == {"empty.gz": True, "header.gz": True, "start.gz": True, "half.gz": False,
+                    "done.gz": False, "done-empty.gz": False, "plain.gz": False}
+    for name in ("half.gz", "done.gz"):
+        sib = identity.look_at(str(tmp_path / name))
+        assert sib is not None and sib.head == content[:FP_MAX_BYTES]
