@@ -25,18 +25,22 @@ from tests.support.fake_clock import RecordingEvents
 from tests.support.writer import pino_line
 
 
-def test_a_gz_gzip_is_still_writing_is_looked_at_again_and_then_known_as_the_copy(tmp_path: Path) -> None:
-    log = tmp_path / "app.log"
-    content = b"".join(pino_line(i) for i in range(300))
+def _known(log: Path, content: bytes) -> tuple[FileSet, Recovery]:
+    """`content` at `log`, a known incarnation read to its end, and the recovery that knows it."""
     log.write_bytes(content)
     st = log.stat()
     fp_len, fp = identity.fingerprint_head(content[:identity.FP_MAX_BYTES])
-    # the rotated incarnation, read to its end (the daemon held it open, renamed)
-    old = Checkpoint("aaaaaaaaaaaa", str(log), st.st_dev, st.st_ino, fp_len, fp, len(content), len(content), 1.0)
+    cp = Checkpoint("aaaaaaaaaaaa", str(log), st.st_dev, st.st_ino, fp_len, fp, len(content), len(content), 1.0)
+    files = FileSet(10, RecordingEvents())
+    return files, Recovery(Catalog([cp]), files, RecordingEvents(), lambda c: None, lambda p: 0)
+
+
+def test_a_gz_gzip_is_still_writing_is_looked_at_again_and_then_known_as_the_copy(tmp_path: Path) -> None:
+    log = tmp_path / "app.log"
+    content = b"".join(pino_line(i) for i in range(300))
+    files, recovery = _known(log, content)       # the rotated incarnation (the daemon held it open, renamed)
     os.rename(log, tmp_path / "app.log.1")
     log.write_bytes(b"")                                     # the new app.log
-    files = FileSet(10, RecordingEvents())
-    recovery = Recovery(Catalog([old]), files, RecordingEvents(), lambda cp: None, lambda p: 0)
     whole = gzip.compress(content)
     gz = tmp_path / "app.log.1.gz"
     for written in (b"", whole[:10], whole[:40]):            # gzip under way: no first bytes yet
@@ -53,13 +57,7 @@ def test_a_gz_gzip_is_still_writing_is_looked_at_again_and_then_known_as_the_cop
 def test_a_gz_no_known_incarnation_wrote_is_still_a_successor(tmp_path: Path) -> None:
     """What the look is for: a file created and rotated away while shipper did not look."""
     log = tmp_path / "app.log"
-    known = b"".join(pino_line(i) for i in range(50))
-    log.write_bytes(known)
-    st = log.stat()
-    fp_len, fp = identity.fingerprint_head(known[:identity.FP_MAX_BYTES])
-    cp = Checkpoint("bbbbbbbbbbbb", str(log), st.st_dev, st.st_ino, fp_len, fp, len(known), len(known), 1.0)
-    files = FileSet(10, RecordingEvents())
-    recovery = Recovery(Catalog([cp]), files, RecordingEvents(), lambda c: None, lambda p: 0)
+    files, recovery = _known(log, b"".join(pino_line(i) for i in range(50)))
     unseen = b"".join(pino_line(i, msg="written while we did not look") for i in range(1000, 1300))
     (tmp_path / "app.log.1.gz").write_bytes(gzip.compress(unseen))
     recovery.lost_sight_of(str(log), 0)
