@@ -6,6 +6,8 @@ while reading resumes by itself; SIGTERM is prompt whatever the disk says.
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 import subprocess
 import time
@@ -104,15 +106,23 @@ def test_sigterm_on_a_full_disk_is_prompt_and_a_restart_delivers_everything(
 
 
 def _fill(fs: Path) -> Path:
-    """Another writer takes every free block of the filesystem."""
+    """Another writer takes every free block of the filesystem.
+
+    Unbuffered writes, halved on ENOSPC down to one byte: a buffered file kept the tail of a
+    partial write and raised ENOSPC again from close(), failing the test before it began."""
     filler = fs / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(bytes(64 * 1024))
-                f.flush()
-        except OSError:
-            pass
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        chunk = 64 * 1024
+        while chunk:
+            try:
+                os.write(fd, bytes(chunk))
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                chunk //= 2
+    finally:
+        os.close(fd)
     return filler
 
 
