@@ -141,6 +141,16 @@ class Timeline:
         finally:
             self.outage_ends(what)
 
+    def not_yet_due(self, keys: Iterable[Hashable], bound_s: float) -> list[Hashable]:
+        """Of these keys (lines not in Elasticsearch yet), those written less than `bound_s` of
+        counted time ago (`latency`): they may still arrive within their bound, so their absence
+        is no loss yet. A key no writer reported is due."""
+        now = self.now()
+        counted = self._counted()
+        with self._lock:
+            at = [(k, self.written.get(k)) for k in keys]
+        return [k for k, w in at if w is not None and self.latency(w, now, counted) < bound_s]
+
     # ------------------------------------------------------------------ the measure
 
     def _counted(self) -> list[tuple[float, float]]:
