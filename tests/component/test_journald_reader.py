@@ -404,7 +404,7 @@ async def test_multiline_groups_per_unit_and_pid_from_a_real_journal(tmp_path: P
     reader, _, _ = make_reader(j)
     asm = JournalAssembler(MultilineConfig(start=r"^\S", timeout_s=60.0))
     try:
-        got = asm.feed(await take(reader, 6))
+        got = asm.feed(await take(reader, 6), 0.0)
     finally:
         await reader.close()
     assert [(e.pid, e.message) for e in got] == [(1, b"Error: a\n    at a.js:1"), (2, b"Error: b\n    at b.js:2")]

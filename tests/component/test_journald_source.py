@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -169,6 +170,47 @@ async def test_a_held_multiline_group_keeps_the_position_before_it(tmp_path: Pat
         assert w.draft.events == 0 and src.key not in w.draft.checkpoints
         assert d.covers[src.key] == [0, 2]
     finally:
+        await src.stop()
+
+
+async def test_a_quiet_group_goes_at_its_timeout_while_other_pids_keep_writing(tmp_path: Path) -> None:
+    """The timeout counts from the group's own last entry as shipper read it: another PID's entries
+    arriving every 0.1 s (a busy host's journal, `units: []`) neither hold it nor push it back."""
+    j = Journal(tmp_path / "j")
+    timeout_s = 0.5
+    src, w = make(j, multiline=MultilineConfig(start=r"^\S", timeout_s=timeout_s))
+    wake = asyncio.Event()
+    await src.start(wake)
+    stop = threading.Event()
+
+    def other_pid() -> None:
+        n = 0
+        while not stop.wait(0.1):
+            j.append(j.entry(f"tick {n}", pid=2))
+            n += 1
+
+    writer = threading.Thread(target=other_pid, name="other pid")
+    writer.start()
+    try:
+        j.append(j.entry("Error: boom", pid=1), j.entry("    at app.js:1", pid=1))
+        written = time.monotonic()
+        group = b'"message":"Error: boom\\n    at app.js:1"'
+        while not any(group in p for p in w.draft.parts):
+            assert time.monotonic() - written < timeout_s + 2.0, "the quiet group was held while PID 2 wrote"
+            dl = src.next_deadline()
+            wait_s = 0.05 if dl is None else min(0.05, max(0.0, dl - time.monotonic()))
+            try:
+                await asyncio.wait_for(wake.wait(), wait_s)
+            except TimeoutError:
+                pass
+            wake.clear()
+            now = time.monotonic()
+            src.read_round(ROOM, time.time(), now)
+            src.flush_due(now)
+        assert not stop.is_set() and writer.is_alive()             # it went while PID 2 still wrote
+    finally:
+        stop.set()
+        writer.join()
         await src.stop()
 
 

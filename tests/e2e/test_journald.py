@@ -434,3 +434,35 @@ def test_reload_resumes_from_the_committed_cursor(tmp_path: Path, es: ES, osmem_
     wait_count(es, 100, d)
     es.assert_exactly_once(range(100), index=INDEX)
     assert_clean(d)
+
+
+# ---------------------------------------------------------------- multiline on shipper's clock
+
+def test_a_multiline_group_stamped_an_hour_ahead_arrives_within_the_bound(
+        tmp_path: Path, es: ES, osmem_clone: Any, daemon_factory: Any, timeline: Timeline) -> None:
+    """A host whose clock was stepped back, or a sender with a skewed clock via journal-remote:
+    the entries are stamped an hour ahead of this host. The multiline timeout counts from when
+    shipper read the group's last entry, so the last group of the run goes `timeout` after it was
+    read, not an hour later (SPEC: multiline, `timeout`; issue 41)."""
+    j = Journal(tmp_path / "journal")
+    ahead_us = int((time.time() + 3600) * 1e6)
+    d = daemon_factory(config(tmp_path, osmem_clone.url, j,
+                              input_extra={"format": "text", "multiline": {"start": r"^\S", "timeout": "300ms"}}))
+    d.wait_ready()
+    groups = {f"Error {g}": [f"Error {g}", f"    at handler{g} (app.js:{g})", f"    at next (app.js:{g + 1})"]
+              for g in range(3)}
+    entries = []
+    for n, lines in enumerate(groups.values()):
+        for k, line in enumerate(lines):
+            entries.append(j.entry(line, realtime_us=ahead_us + 1000 * (10 * n + k)))
+            entries.append(j.entry(f"other {n} {k}", pid=999, realtime_us=ahead_us + 1000 * (10 * n + k) + 1))
+    j.append(*entries)
+    written_at = timeline.now()                     # each group complete once this run is written
+    wait_count(es, 3 + 9, d)
+    hits = es.assert_exactly_once([*groups, *(f"other {n} {k}" for n in range(3) for k in range(3))],
+                                  key_fn=lambda h: h["_source"]["message"].split("\n")[0], index=INDEX,
+                                  written=lambda h: written_at)
+    by_first = {h["_source"]["message"].split("\n")[0]: h["_source"] for h in hits}
+    for first, lines in groups.items():
+        assert by_first[first]["message"] == "\n".join(lines)
+    assert_clean(d)

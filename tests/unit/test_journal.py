@@ -37,6 +37,7 @@ from shipper.sources.journald.entries import (
     field_bytes,
     source_event,
 )
+from tests.support.fake_clock import FakeClock
 
 SID = "53009120234d4672bbf678dbbf1c7cda"
 BOOT = "11111111111111111111111111111111"
@@ -235,43 +236,78 @@ def ml_entry(i: int, message: str, pid: int, unit: str = "app.service", t_s: flo
 def test_without_multiline_every_entry_is_an_event_and_the_position_follows() -> None:
     a = JournalAssembler(None)
     es = [entry(1), entry(2)]
-    assert a.feed(es) == es and a.position == cur(2)
+    assert a.feed(es, 0.0) == es and a.position == cur(2)
 
 
 def test_groups_form_per_unit_and_pid_and_the_position_waits_for_held_groups() -> None:
     a = JournalAssembler(ML)
     out = a.feed([ml_entry(1, "Error A", 10), ml_entry(2, "Error B", 20), ml_entry(3, "  at a1", 10),
-                  ml_entry(4, "  at b1", 20), ml_entry(5, "next A", 10)])
+                  ml_entry(4, "  at b1", 20), ml_entry(5, "next A", 10)], 0.0)
     assert [(e.cursor.seqnum, e.message) for e in out] == [(1, b"Error A\n  at a1")]
     assert a.position == cur(1)              # entry 2 starts a held group: nothing after 1 is safe
-    out = a.feed([ml_entry(6, "next B", 20)])
+    out = a.feed([ml_entry(6, "next B", 20)], 0.0)
     assert [(e.cursor.seqnum, e.message, e.pid) for e in out] == [(2, b"Error B\n  at b1", 20)]
     assert a.position == cur(4)              # 5 (held) starts the oldest group
     assert [e.cursor.seqnum for e in a.flush()] == [5, 6] and a.position == cur(6)
 
 
-def test_a_quiet_group_completes_at_its_timeout_on_wall_time() -> None:
+def test_a_quiet_group_completes_at_its_timeout_on_the_shippers_clock() -> None:
+    clock = FakeClock()
     a = JournalAssembler(ML)
-    a.feed([ml_entry(1, "Error", 10, t_s=0.0), ml_entry(2, "  at x", 10, t_s=0.5)])
-    assert a.next_deadline == pytest.approx(1_790_000_001.5)
-    assert a.flush_due(1_790_000_001.4) == [] and a.position is None
-    done = a.flush_due(1_790_000_001.5)
+    a.feed([ml_entry(1, "Error", 10, t_s=0.0)], clock.monotonic())
+    clock.advance(0.5)
+    a.feed([ml_entry(2, "  at x", 10, t_s=0.5)], clock.monotonic())
+    assert a.next_deadline == pytest.approx(clock.monotonic() + 1.0)    # 1 s after the last was read
+    clock.advance(0.9)
+    assert a.flush_due(clock.monotonic()) == [] and a.position is None
+    clock.advance(0.1)
+    done = a.flush_due(clock.monotonic())
     assert [e.message for e in done] == [b"Error\n  at x"] and a.position == cur(2)
     assert a.next_deadline is None
+
+
+def test_entries_stamped_an_hour_ahead_complete_at_the_timeout_after_they_were_read() -> None:
+    """A host whose clock was stepped back, or a skewed sender via journal-remote: the stamps say
+    nothing about when the group went quiet here, so they never hold it (issue 41)."""
+    clock = FakeClock()
+    a = JournalAssembler(ML)
+    ahead_s = 3600.0 + clock.time() - 1_790_000_000
+    a.feed([ml_entry(1, "Error", 10, t_s=ahead_s), ml_entry(2, "  at x", 10, t_s=ahead_s + 0.1)],
+           clock.monotonic())
+    assert a.next_deadline == pytest.approx(clock.monotonic() + 1.0)
+    clock.advance(1.0)
+    done = a.flush_due(clock.monotonic())
+    assert [e.message for e in done] == [b"Error\n  at x"] and a.position == cur(2)
+    # and one stamped an hour behind the group before it neither joins late nor is held
+    a.feed([ml_entry(3, "Error", 10, t_s=ahead_s + 0.2), ml_entry(4, "  at y", 10, t_s=0.0)],
+           clock.monotonic())
+    clock.advance(1.0)
+    assert [e.message for e in a.flush_due(clock.monotonic())] == [b"Error\n  at y"] and a.position == cur(4)
+
+
+def test_a_continuation_read_after_the_timeout_starts_its_own_event() -> None:
+    """As for a file: a line read `timeout` after the last one ends the group before it even when
+    flush_due did not run in between (its stamp says it came at once)."""
+    clock = FakeClock()
+    a = JournalAssembler(ML)
+    a.feed([ml_entry(1, "Error", 10, t_s=0.0)], clock.monotonic())
+    clock.advance(1.0)
+    done = a.feed([ml_entry(2, "  at x", 10, t_s=0.1)], clock.monotonic())
+    assert [e.message for e in done] == [b"Error"] and a.position == cur(1)
 
 
 def test_entry_times_decide_the_timeout_so_a_reread_groups_the_same() -> None:
     es = [ml_entry(1, "Error", 10, t_s=0.0), ml_entry(2, "  late", 10, t_s=5.0), ml_entry(3, "  at", 10, t_s=5.1),
           ml_entry(4, "Other", 10, t_s=5.2)]
-    first = JournalAssembler(ML).feed(es)
+    first = JournalAssembler(ML).feed(es, 0.0)
     again = JournalAssembler(ML)
-    got = again.feed(es[:2]) + again.feed(es[2:])
+    got = again.feed(es[:2], 0.0) + again.feed(es[2:], 0.0)
     assert [e.message for e in first] == [e.message for e in got] == [b"Error", b"  late\n  at"]
 
 
 def test_a_group_at_max_lines_is_emitted_capped() -> None:
     a = JournalAssembler(ML)
-    out = a.feed([ml_entry(i, "E" if i == 1 else "  x", 10) for i in range(1, 6)])
+    out = a.feed([ml_entry(i, "E" if i == 1 else "  x", 10) for i in range(1, 6)], 0.0)
     assert [(e.message, e.flags) for e in out] == [(b"E\n  x\n  x", FLAG_MULTILINE_CAPPED)]
     assert [(e.cursor.seqnum, e.message, e.flags) for e in a.flush()] == [(4, b"  x\n  x", FLAG_MULTILINE_CAPPED)]
 

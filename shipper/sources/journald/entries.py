@@ -156,9 +156,12 @@ class JournalAssembler:
     """Entries in journal order -> events, grouped per (unit, PID) when multiline is configured.
 
     A group is named by its first entry (cursor, `_id`, fields); its lines are joined with
-    newlines. Time for the multiline timeout is each entry's own __REALTIME_TIMESTAMP, so a
-    re-read after a restart groups exactly as the first read did; `flush_due(now)` (wall time)
-    completes groups that went quiet and should be called when the reader has caught up.
+    newlines. The multiline timeout runs on shipper's own clock: `now` (monotonic) is when the
+    entries were read, and `flush_due(now)` completes a group whose last entry was read `timeout`
+    ago, whatever the entries' stamps say (a stepped clock or a skewed sender via journal-remote
+    stamps them hours ahead). The entries' own __REALTIME_TIMESTAMPs also end a group: a gap of
+    `timeout` between two entries of one unit and PID splits them even when they are read at
+    once, so a re-read after a restart cuts where the first read did when the clocks are sane.
 
     `position` is the cursor that is safe to commit with the events returned so far: every
     entry up to it is in a returned event (a held group's first entry is not; after a restart
@@ -169,6 +172,7 @@ class JournalAssembler:
         self._ml = multiline
         self._max_bytes = max_bytes
         self._aggs: dict[tuple[str | None, int | None], MultilineAggregator] = {}
+        self._last_realtime_s: dict[tuple[str | None, int | None], float] = {}   # a held group's last entry's stamp
         self._held: dict[int, JournalEntry] = {}     # local number -> the first entry of a held group
         self._fed: list[tuple[int, Cursor]] = []     # (local number, cursor) of entries since the oldest held
         self._n = 0
@@ -180,25 +184,32 @@ class JournalAssembler:
 
     @property
     def next_deadline(self) -> float | None:
-        """The earliest wall time at which `flush_due` completes a held group."""
+        """The earliest time (the monotonic `now` of `feed`) at which `flush_due` completes a held group."""
         dl = [d for d in (a.next_deadline for a in self._aggs.values()) if d is not None]
         return min(dl) if dl else None
 
-    def feed(self, entries: Sequence[JournalEntry]) -> list[JournalEntry]:
+    def feed(self, entries: Sequence[JournalEntry], now: float) -> list[JournalEntry]:
+        """Entries in journal order, read at `now` (monotonic) -> the events they complete."""
         if self._ml is None:
             if entries:
                 self._position = entries[-1].cursor
             return list(entries)
         out: list[JournalEntry] = []
+        timeout_s = self._ml.timeout_s
+        last_realtime_s = self._last_realtime_s
         for e in entries:
             n = self._n
             self._n += 1
             key = (e.unit, e.pid)
             agg = self._aggs.get(key)
             if agg is None:
-                agg = MultilineAggregator(self._ml.start, self._ml.max_lines, self._ml.timeout_s, self._max_bytes)
+                agg = MultilineAggregator(self._ml.start, self._ml.max_lines, timeout_s, self._max_bytes)
                 self._aggs[key] = agg
-            done = agg.feed((n, n + 1, e.message, e.flags), e.realtime_us / 1e6)
+            realtime_s = e.realtime_us / 1e6
+            if agg.pending_start is not None and realtime_s - last_realtime_s[key] >= timeout_s:
+                out.extend(self._emit(agg.flush()))
+            last_realtime_s[key] = realtime_s
+            done = agg.feed((n, n + 1, e.message, e.flags), now)
             if agg.pending_start == n:
                 self._held[n] = e
             self._fed.append((n, e.cursor))
@@ -212,6 +223,7 @@ class JournalAssembler:
             out.extend(self._emit(agg.flush_due(now)))
             if agg.pending_start is None:
                 del self._aggs[key]
+                del self._last_realtime_s[key]
         self._advance()
         return out
 
@@ -221,6 +233,7 @@ class JournalAssembler:
         for agg in self._aggs.values():
             out.extend(self._emit(agg.flush()))
         self._aggs.clear()
+        self._last_realtime_s.clear()
         self._advance()
         return out
 

@@ -50,7 +50,6 @@ class JournaldSource:
         self.builder = DocBuilder(inp, cfg.output.index, host_name)
         self.drops = DropCounter(self.builder, self.key, events)
         self.assembler = JournalAssembler(inp.multiline)
-        self._ml_timeout_s = inp.multiline.timeout_s if inp.multiline is not None else 0.0
         if checkpoint is None:
             checkpoint = Checkpoint(self.key, journal_path(self.rcfg.directory), 0, 0, 0, "", 0)
         self.cp = checkpoint
@@ -117,7 +116,7 @@ class JournaldSource:
                 n = min(len(buf), MIN_TAKE)
             entries = [buf.popleft() for _ in range(n)]
             self._buf_bytes -= sum(len(e.message) for e in entries)
-            self._take(self.assembler.feed(entries), now_wall)
+            self._take(self.assembler.feed(entries, now_mono), now_wall)
             taken += n
             if draft.events >= room.full_events or draft.nbytes >= room.max_bytes:
                 break
@@ -126,13 +125,12 @@ class JournaldSource:
         return Progress(True, bool(buf) or full)
 
     def flush_due(self, now_mono: float) -> None:
-        """Held multiline groups whose timeout passed, once the reader has caught up: quiet by the
-        entries' own time and by ours (a backlog's old entries are all past their timeout)."""
+        """Held multiline groups whose last entry was read `timeout` ago on our clock, once the
+        buffer is taken (a continuation read meanwhile joins its group first). Never by the
+        entries' own stamps: one stamped an hour ahead would hold its group for that hour."""
         if self.assembler.next_deadline is None or self._buf:
             return
-        if now_mono - self._last_arrival < self._ml_timeout_s:
-            return
-        events = self.assembler.flush_due(self.clock.time())
+        events = self.assembler.flush_due(now_mono)
         if events:
             draft = self.writer.draft
             if draft.empty():
@@ -143,11 +141,7 @@ class JournaldSource:
         self._raise_if_failed()
 
     def next_deadline(self) -> float | None:
-        dl = self.assembler.next_deadline
-        if dl is None:
-            return None
-        mono = self.clock.monotonic() + (dl - self.clock.time())
-        return max(mono, self._last_arrival + self._ml_timeout_s)
+        return self.assembler.next_deadline
 
     def pause_watch(self) -> None:
         """Nothing to pause: what arrives meanwhile waits in the buffer."""
@@ -173,7 +167,7 @@ class JournaldSource:
             entries = list(self._buf)
             self._buf.clear()
             self._buf_bytes = 0
-            self._take(self.assembler.feed(entries), self.clock.time())
+            self._take(self.assembler.feed(entries, self.clock.monotonic()), self.clock.time())
         await self.reader.close()
 
     def close(self) -> None:
