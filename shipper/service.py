@@ -364,6 +364,7 @@ class Service:
         # a cancelled sender's ack may still run on the spool thread: the new pipeline reads the
         # queue and checkpoints once every call submitted before has finished (one worker, FIFO)
         await self.spool.flush()
+        await self.spool.resize_reserve(new.queue.max_bytes)
         self.pipeline, _files = await build_pipeline(new, self.spool, self.events, self.clock)
         self._stopped = False
         await self.pipeline.start()

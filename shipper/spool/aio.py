@@ -149,6 +149,12 @@ def _noop() -> None:
     return None
 
 
+def _resize_reserve(spool: Spool, queue_max_bytes: int | None) -> None:
+    if spool.headroom is not None:
+        spool.headroom.resize(queue_max_bytes)
+        spool.writes.limit_wal()        # the WAL left after a checkpoint is cut to the same margin
+
+
 class AsyncSpool:
     """The spool behind one worker thread; open with `await AsyncSpool.open(state_dir)`.
 
@@ -357,6 +363,11 @@ class AsyncSpool:
         """Issue 19: the state dir's room (full, free_bytes) and the quarantined records; a statvfs,
         safe from the loop thread (it reads no table)."""
         return self._spool.room()
+
+    async def resize_reserve(self, queue_max_bytes: int | None) -> None:
+        """A reload changed queue.max_bytes: the full-disk reserve follows it (on the spool thread:
+        it may write or cut a file of up to 2 MiB)."""
+        await self._call(_resize_reserve, self._spool, queue_max_bytes)
 
     async def flush(self) -> None:
         """Returns once every call submitted before it has finished (the worker runs them in order),

@@ -75,6 +75,7 @@ class Headroom:
                  clock: Clock | None = None, queue_max_bytes: int | None = None) -> None:
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, RESERVE_FILE)
+        self._max_reserve_bytes = max_reserve_bytes
         self._statvfs = statvfs
         self._clock = clock or SystemClock()
         self._looked_at: float | None = None    # when may_write last measured and said yes
@@ -86,6 +87,19 @@ class Headroom:
         self.free_bytes = st.f_bavail * st.f_frsize
         self.full = False
         self.has_reserve = self._make_reserve()
+
+    def resize(self, queue_max_bytes: int | None) -> None:
+        """queue.max_bytes changed (SIGHUP): the margin and the reserve file follow it at once, so
+        a lowered bound lowers what the state dir holds (SPEC, Delivery). Spool thread."""
+        size = reserve_size(self.total_bytes, self._max_reserve_bytes, queue_max_bytes)
+        if size == self.reserve_bytes:
+            return
+        log.info("state_dir reserve resized", extra={"state_dir": self.state_dir, "reserve_bytes": size,
+                                                     "was": self.reserve_bytes})
+        self.reserve_bytes = size
+        self._looked_at = None
+        if self.has_reserve or not self.full:
+            self.has_reserve = self._make_reserve()
 
     def measure(self) -> int:
         st = self._statvfs(self.state_dir)
@@ -171,38 +185,52 @@ class Headroom:
             "state_dir": self.state_dir, "free_bytes": free, "reserve_bytes": self.reserve_bytes, "detail": what})
 
     def _make_reserve(self) -> bool:
-        """The reserve file at its size (kept across restarts); False when there is no room for it."""
-        try:
-            if os.path.getsize(self.path) >= self.reserve_bytes:
-                return True
-        except OSError:
-            pass
-        if self.measure() < 2 * self.reserve_bytes:
-            return False
+        """The reserve file at exactly its size (kept across restarts; one a larger margin left, as
+        before a lower queue.max_bytes, is cut to it). False when there is no room for it and none
+        was there; a file that cannot grow keeps the size it had."""
         try:
             fd = statedir.open_file(self.path, os.O_WRONLY | os.O_CREAT)     # no link followed, 0600
         except (OSError, statedir.UnsafeStateDir):
             return False
         try:
+            had = os.fstat(fd).st_size
+            if had >= self.reserve_bytes:
+                if had > self.reserve_bytes:
+                    os.ftruncate(fd, self.reserve_bytes)
+                return True
+            if self.measure() < 2 * self.reserve_bytes:
+                return self._keep(fd, had)
             try:
-                os.posix_fallocate(fd, 0, self.reserve_bytes)
-            except OSError as e:
-                if e.errno == 28:
-                    raise
-                os.ftruncate(fd, 0)           # no fallocate here: real zeros, so the blocks are taken
-                chunk = bytes(1 << 16)
-                left = self.reserve_bytes
-                while left > 0:
-                    left -= os.write(fd, chunk[:min(left, len(chunk))])
-            return True
-        except OSError:
-            try:
-                os.unlink(self.path)
+                try:
+                    os.posix_fallocate(fd, 0, self.reserve_bytes)
+                except OSError as e:
+                    if e.errno == 28:
+                        raise
+                    os.ftruncate(fd, had)         # no fallocate here: real zeros, so the blocks are taken
+                    chunk = bytes(1 << 16)
+                    left = self.reserve_bytes - had
+                    os.lseek(fd, had, os.SEEK_SET)
+                    while left > 0:
+                        left -= os.write(fd, chunk[:min(left, len(chunk))])
+                return True
             except OSError:
-                pass
+                return self._keep(fd, had)
+        except OSError:
             return False
         finally:
             os.close(fd)
+
+    def _keep(self, fd: int, had: int) -> bool:
+        """The reserve could not grow: what it held before stays (nothing of it is given up for a
+        larger one that does not fit); an empty one goes."""
+        try:
+            if had:
+                os.ftruncate(fd, had)
+                return True
+            os.unlink(self.path)
+        except OSError:
+            pass
+        return False
 
 
 def release_reserve(state_dir: str) -> bool:

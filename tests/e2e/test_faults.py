@@ -12,13 +12,16 @@ import base64
 import json
 import os
 import random
+import signal
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from shipper.spool.headroom import RESERVE_FILE, reserve_size
 from tests.support.bulk_sink import BulkSink
 from tests.support.daemon import Daemon, write_config
 from tests.support.es import ES, assert_exactly_once
@@ -28,6 +31,7 @@ from tests.support.wait import wait_until
 from tests.support.writer import append_bytes, pino_line, write_lines
 
 PASSWORD = "Tr0ub4dor&3-horse-battery"
+MiB = 1024 * 1024
 
 
 def _setup(tmp_path: Path, url: str | list[str], daemon_factory: Any, es_extra: dict[str, Any] | None = None,
@@ -405,6 +409,63 @@ def test_backpressure_a_backlog_spilled_from_memory_stays_within_the_queue_bound
                    timeout_s=60)
         max_state = sampler.stop()
         assert max_state <= 1024 * 1024 + 8 * 1024 * 1024, f"state dir over SPEC's bound: {sampler.at_max}"
+        assert_exactly_once(sink.hits(), range(n_lines))
+        assert not sink.dups
+        timeline.assert_prompt(sink.hits())
+        assert d.alive, d.tail()
+    finally:
+        proxy.stop()
+        sink.close()
+
+
+@pytest.mark.slow
+def test_a_reload_that_lowers_queue_max_bytes_shrinks_the_reserve_and_the_state_dir_keeps_the_new_bound(
+        tmp_path, daemon_factory, timeline):
+    """SIGHUP from `queue.max_bytes: 64MiB` to `1MiB`: the full-disk reserve (an eighth of the
+    queue's bound, spool/headroom.py) is cut at the reload, and through an outage that fills the
+    new queue and the drain after it the state dir, every file counted, stays within SPEC's bound
+    for the new value (Delivery: queue.max_bytes of queue plus 8 MiB of everything else). Before,
+    the reserve made for 64 MiB (2 MiB) stayed until a restart."""
+    sink = BulkSink(timeline)
+    proxy = FaultProxy(sink.url).start()
+    try:
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        app = logs / "app.log"
+        cfg = write_config(tmp_path, es_url=proxy.url, paths=str(logs / "*.log"), extra_yaml={
+            "output": {"elasticsearch": {"bulk_max_events": 500, "bulk_max_bytes": "512KiB"}},
+            "queue": {"max_bytes": "64MiB"}})
+        d = daemon_factory(cfg)
+        d.wait_ready()
+        state = tmp_path / "state"
+        reserve = state / RESERVE_FILE
+        st = os.statvfs(state)
+        fs_bytes = st.f_blocks * st.f_frsize
+        assert reserve.stat().st_size == reserve_size(fs_bytes, queue_max_bytes=64 * MiB)
+        data = yaml.safe_load(cfg.read_text())
+        data["queue"]["max_bytes"] = "1MiB"
+        cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+        d.send(signal.SIGHUP)
+        wait_until(lambda: "config reloaded" in d.output(), lambda: f"the reload\n{d.tail(20)}")
+        small = reserve_size(fs_bytes, queue_max_bytes=MiB)
+        assert small <= MiB // 8
+        assert reserve.stat().st_size == small and reserve.stat().st_blocks * 512 <= small, d.tail(20)
+        proxy.down()
+        sampler = _StateDirSampler(state)
+        sampler.start()
+        rnd = random.Random(7)
+        n_lines = 4000
+        written = write_lines(app, range(n_lines), line_fn=lambda i: pino_line(
+            i, pad=base64.b64encode(rnd.randbytes(2100)).decode()))
+        assert written > 11_000_000
+        wait_until(lambda: "queue full, reading paused" in d.output(), "reading paused at the new bound", timeout_s=30)
+        proxy.up()
+        wait_until(lambda: sink.count() >= n_lines, lambda: f"{n_lines} documents in the sink (have {sink.count()})",
+                   timeout_s=60)
+        max_state = sampler.stop()
+        print(f"reload: state dir at most {max_state} bytes ({sampler.at_max})")
+        assert max_state <= MiB + 8 * MiB, f"state dir over SPEC's bound for queue.max_bytes 1MiB: {sampler.at_max}"
+        assert sampler.at_max.get(RESERVE_FILE, 0) <= small
         assert_exactly_once(sink.hits(), range(n_lines))
         assert not sink.dups
         timeline.assert_prompt(sink.hits())

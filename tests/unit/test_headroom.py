@@ -84,6 +84,37 @@ def test_the_reserve_is_made_released_on_a_full_disk_and_made_again(tmp_path: Pa
     assert h.has_reserve and reserve.stat().st_size == MiB
 
 
+def test_the_reserve_follows_queue_max_bytes_when_it_changes(tmp_path: Path) -> None:
+    """SIGHUP with another queue.max_bytes: the margin and the file follow at once, down and up
+    (SPEC, Delivery: the state dir holds at most queue.max_bytes of queue plus 8 MiB of the rest)."""
+    fs = FakeFs(1024 * MiB, 512 * MiB)
+    h = Headroom(str(tmp_path), statvfs=fs.statvfs, queue_max_bytes=1024 * MiB)
+    reserve = tmp_path / RESERVE_FILE
+    assert h.reserve_bytes == reserve.stat().st_size == 2 * MiB
+    h.resize(MiB)
+    assert h.has_reserve and h.reserve_bytes == reserve.stat().st_size == 128 * 1024
+    assert reserve.stat().st_blocks * 512 <= 128 * 1024          # the blocks given back, not a hole
+    assert h.status()["reserve_bytes"] == 128 * 1024
+    h.resize(8 * MiB)
+    assert h.has_reserve and h.reserve_bytes == reserve.stat().st_size == MiB
+    # a start with a lower bound than the last run's cuts the file it finds
+    again = Headroom(str(tmp_path), statvfs=fs.statvfs, queue_max_bytes=512 * 1024)
+    assert again.has_reserve and again.reserve_bytes == reserve.stat().st_size == 64 * 1024
+
+
+def test_a_reserve_that_cannot_grow_keeps_what_it_had(tmp_path: Path) -> None:
+    fs = FakeFs(1024 * MiB, 512 * MiB)
+    h = Headroom(str(tmp_path), statvfs=fs.statvfs, queue_max_bytes=MiB)
+    reserve = tmp_path / RESERVE_FILE
+    fs.free = 3 * MiB                       # less than twice the larger margin
+    h.resize(1024 * MiB)
+    assert h.reserve_bytes == 2 * MiB and h.has_reserve and reserve.stat().st_size == 128 * 1024
+    h.hit_full()                            # still something to give back
+    assert not reserve.exists() and h.full
+    h.resize(MiB)                           # released for a full disk: made again only when room returns
+    assert not reserve.exists() and not h.has_reserve
+
+
 def test_a_steady_trickle_looks_once_a_second_and_every_batch_near_the_edge(tmp_path: Path) -> None:
     fs = FakeFs(1024 * MiB, 512 * MiB)
     clock = FakeClock(start=0.0)
