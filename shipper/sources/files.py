@@ -236,19 +236,24 @@ class FileSource:
         reused: set[str] = set()
         refused: list[Refused] = []
         opening.refresh_mounts()          # what lies on /proc, /sys, /dev: a mount may have come since
+        # the directories made since the last rescan watched first: one made meanwhile is then either
+        # listed below or reported
+        self._extend_watch(None)
         entries = discovery.scan_stat(self.cfg.inputs, link_paths, scanner=self._scanner, known=known,
                                       reused=reused, fresh=fresh, refused=refused)
         at = {path: (st.st_dev, st.st_ino) for path, _idx, st in entries}
         # symlinks: rotated copies lie beside their targets; their directories are watched
         links = discovery.resolve_links(link_paths)
         self._link_roots = {identity.rotation_root(lt.target): lt.path for lt in links.values()}
+        self._extend_watch(links)         # and the directories of symlinks' targets
+        return entries, reused, at, refused
+
+    def _extend_watch(self, links: dict[str, discovery.LinkTarget] | None) -> None:
         if self.writes.watcher is not None:
             try:
-                # base directories that appeared since, and the directories of symlinks' targets
                 self.writes.watcher.watch(self.cfg.inputs, links)
             except Exception as e:  # watching is an optimisation; the rescan is the truth
                 log.debug("file watching not extended", extra={"error": str(e)})
-        return entries, reused, at, refused
 
     async def rescan(self) -> None:
         """Glob every input: queue new and changed files for opening, then look for the unfinished

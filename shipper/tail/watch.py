@@ -1,25 +1,37 @@
 """The watchers: inotify on the event loop (watchdog where inotify cannot be had) turned into
 wake-ups and the paths a reader should look at. They only wake the loop: inotify can drop events,
-so the rescan decides what exists. What to watch comes from the globs and links (discovery.py)."""
+so the rescan decides what exists. What to watch comes from the globs and links (watchplan.py),
+walked off the loop (dirwalk.py); watchdog's fallback is watch_fallback.py."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import os
+import stat as stat_mod
 import threading
-import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from shipper.config import InputConfig
 from shipper.tail import inotify
+from shipper.tail.dirwalk import Walk, open_child, open_dir
 from shipper.tail.discovery import LinkTarget
-from shipper.tail.scan import base_dir
+from shipper.tail.watch_fallback import WatchdogWatcher
+from shipper.tail.watchplan import (
+    MAX_PENDING_PATHS,
+    Glob,
+    GlobTable,
+    Item,
+    glob_root,
+    link_watch_targets,
+    links_by_target,
+    translate,
+)
 
-if TYPE_CHECKING:
-    from watchdog.events import FileSystemEvent
-    from watchdog.observers.api import BaseObserver
+__all__ = ["MAX_PENDING_PATHS", "InotifyWatcher", "WatchdogWatcher", "Watcher", "link_watch_targets",
+           "make_watcher"]
 
 
 class Watcher(Protocol):
@@ -55,51 +67,35 @@ def make_watcher(loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> Watche
     return InotifyWatcher(loop, wake, fd)
 
 
-MAX_PENDING_PATHS = 4096
+# The most inotify watches one watcher adds: the watches are root's (`fs.inotify.max_user_watches`,
+# shared by every service of the user: systemd, other daemons), and whoever can write a watched
+# directory can make directories. A quarter of the host's limit leaves the rest to them; 8,192 (the
+# kernel's own default limit before 5.11) is more directories than a log tree has. Past it the
+# watcher is `incomplete`: the reader reads every open file every round and the rescan finds every
+# file, so nothing is lost, only the wake-up on a write in a directory not watched.
+MAX_WATCHES = 8192
 
 
-def watch_targets(inputs: Sequence[InputConfig]) -> list[tuple[str, bool]]:
-    """(directory, recursive) to watch for these inputs: each glob's base directory, or while it
-    does not exist its nearest existing parent, recursively (so its appearance is seen); never /."""
-    out = []
-    for inp in inputs:
-        for pattern in inp.paths:
-            d, deep = base_dir(os.path.expanduser(pattern))
-            while not os.path.isdir(d) and d != os.sep:
-                d, deep = os.path.dirname(d), True
-            if d != os.sep:
-                out.append((d, deep))
-    return out
+def watch_limit(max_user_watches: str = "/proc/sys/fs/inotify/max_user_watches") -> int:
+    """The bound on the watches one watcher adds: MAX_WATCHES or a quarter of the host's limit."""
+    try:
+        with open(max_user_watches) as f:
+            host = int(f.read())
+    except (OSError, ValueError):
+        return MAX_WATCHES
+    return max(1, min(MAX_WATCHES, host // 4))
 
 
-def link_watch_targets(links: Iterable[LinkTarget]) -> list[tuple[str, bool]]:
-    """(directory, recursive=False) to watch for these links' targets, each once; never /."""
-    out: list[tuple[str, bool]] = []
-    seen: set[str] = set()
-    for lt in links:
-        for d in lt.dirs:
-            if d != os.sep and d not in seen:
-                seen.add(d)
-                out.append((d, False))
-    return out
+@dataclass(frozen=True, slots=True)
+class _Dir:
+    """A watched directory: the paths it was reached by (one directory by two paths, a symlinked
+    one or two globs', is one watch, and each event is reported under every path, as the globs may
+    have found its files by either), its items (watchplan.py), its (dev, inode)."""
 
-
-def _links_by_target(links: Mapping[str, LinkTarget]) -> dict[str, tuple[str, ...]]:
-    """target path -> the matched paths leading to it: a write inotify reports on the target
-    is reported on the paths the reader knows the file by."""
-    by: dict[str, list[str]] = {}
-    for lt in links.values():
-        by.setdefault(lt.target, []).append(lt.path)
-    return {t: tuple(ps) for t, ps in by.items()}
-
-
-def _translate(modified: set[str], link_of: Mapping[str, tuple[str, ...]]) -> set[str]:
-    if not link_of:
-        return modified
-    out = set(modified)
-    for p in modified:
-        out.update(link_of.get(p, ()))
-    return out
+    paths: tuple[str, ...]
+    items: frozenset[Item]
+    key: tuple[int, int]
+    descends: bool              # a directory made in it may be one to watch
 
 
 class InotifyWatcher:
@@ -112,65 +108,74 @@ class InotifyWatcher:
     epoll wake-up of the loop, not a hand-over through watchdog's three threads and the loop's
     self-pipe (docs/development.md has the cost). Where inotify is not available (not Linux, or
     the instance limit is reached), `make_watcher` gives a `WatchdogWatcher` instead.
+
+    What is watched (SPEC, Trust boundaries): each glob's fixed part and the directories below it
+    that a glob can match files in (watchplan.py: no deeper than its parts, a `**` MAX_DEPTH
+    levels), entered as dirwalk.py opens them (no link `symlinks` would not follow), at most
+    `max_watches` of them. The loop never walks a directory: a directory made under a watched one
+    is noted, and the next rescan's `watch` (in the rescan's worker thread) watches and walks it.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event, fd: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event, fd: int,
+                 max_watches: int | None = None) -> None:
         self._fd = fd
         self._loop = loop
         self._wake = wake
         self._lock = threading.Lock()        # watch() runs in a worker thread (with the rescan)
-        self._watched: set[str] = set()     # "dir|recursive" keys asked for by watch()
-        # watch descriptor -> (the paths the directory was watched by, recursive): one directory
-        # reached by two paths (a symlinked directory, two globs) is one watch, and each event is
-        # reported under every path, as the globs may have found its files by either
-        self._dirs: dict[int, tuple[tuple[str, ...], bool]] = {}
+        self._table = GlobTable()
+        self._watched: set[str] = set()     # "dir|what" keys of the roots watch() walked
+        self._link_roots: list[str] = []    # the directories of the last links' targets
+        self._dirs: dict[int, _Dir] = {}    # watch descriptor -> its directory
+        self._made: list[tuple[int, str]] = []   # (wd, name): directories made since, for the next watch()
+        self.max_watches = watch_limit() if max_watches is None else max_watches
         self._modified: set[str] = set()
         self._link_of: dict[str, tuple[str, ...]] = {}   # symlink target -> matched paths
         self.scan_wanted = False
         self._paused = False
-        # why some directory could not be watched (inotify's limits, permissions), None while every
-        # one is: then a write may go unnamed, and the reader reads every open file every round
+        # why some directory could not be watched (inotify's limits, permissions, the bound), None
+        # while every one is: then a write may go unnamed, and the reader reads every open file every round
         self.incomplete: str | None = None
         self.dropped = 0     # times events were lost (queue overflow, too many pending paths, a failed read)
         self._rewalk = False
+        self._why: str | None = None       # this watch()'s refusal (the walk's thread only)
+        self._by_fd = os.path.isdir("/proc/self/fd")   # a watch added to what was opened, not to a path
         loop.add_reader(self._fd, self._on_readable)
 
     names_writes = True
     """Every write to a file under a watched directory comes as an event naming its path (while
     `incomplete` is None): a file read to its end need not be read again until it is named."""
 
-    def _refused(self, d: str, e: OSError) -> None:
-        if e.errno not in (errno.ENOENT, errno.ENOTDIR):      # gone meanwhile: nothing there to miss
-            self.incomplete = f"{d}: {e.strerror or e}"
-
-    def _add(self, d: str, deep: bool) -> bool:
-        """Watch one directory (and, when deep, every directory under it). False if d is not watchable."""
-        try:
-            wd = inotify.add_watch(self._fd, d)
-        except OSError as e:
-            self._refused(d, e)
-            return False       # gone meanwhile, or inotify limits reached: the rescan still finds everything
-        self._note(wd, d, deep)
-        if deep:
-            # after the watch is in place: a directory created meanwhile is either seen here or reported
-            for root, subdirs, _files in os.walk(d):
-                for sub in subdirs:
-                    p = os.path.join(root, sub)
-                    try:
-                        swd = inotify.add_watch(self._fd, p)
-                    except OSError as e:
-                        self._refused(p, e)
-                        continue
-                    self._note(swd, p, True)
-        return True
-
-    def _note(self, wd: int, d: str, deep: bool) -> None:
+    @property
+    def watches(self) -> int:
+        """How many directories are watched now."""
         with self._lock:
-            old = self._dirs.get(wd)        # one directory by two paths: one watch, recursive if either is
+            return len(self._dirs)
+
+    def _add(self, paths: tuple[str, ...], fd: int, st: os.stat_result,
+             items: frozenset[Item]) -> frozenset[Item] | None:
+        """dirwalk's `Adder`: the directory open at `fd` watched (the kernel's answer says whether it
+        was already: one inode, one watch descriptor)."""
+        try:
+            wd = inotify.add_watch(self._fd, f"/proc/self/fd/{fd}" if self._by_fd else paths[0])
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR):      # gone meanwhile: nothing there to miss
+                self._why = f"{paths[0]}: {e.strerror or e}"
+            return frozenset()
+        with self._lock:
+            old = self._dirs.get(wd)
             if old is None:
-                self._dirs[wd] = ((d,), deep)
+                if len(self._dirs) >= self.max_watches:
+                    inotify.rm_watch(self._fd, wd)
+                    self._why = (f"{paths[0]}: not watched, more than {self.max_watches} directories would be "
+                                 "(the bound on inotify watches)")
+                    return None
+                new, merged = items, items
+                got = paths
             else:
-                self._dirs[wd] = (old[0] if d in old[0] else (*old[0], d), deep or old[1])
+                new, merged = items - old.items, items | old.items
+                got = old.paths + tuple(p for p in paths if p not in old.paths)
+            self._dirs[wd] = _Dir(got, merged, (st.st_dev, st.st_ino), self._table.descends(merged))
+        return new
 
     def _on_readable(self) -> int:
         """Read one buffer of events; how many bytes it held (0: none queued)."""
@@ -179,12 +184,11 @@ class InotifyWatcher:
         except BlockingIOError:
             return 0
         except OSError:
-            self.scan_wanted = True
+            self.scan_wanted = self._rewalk = True
             self.dropped += 1
             self._wake.set()
             return 0
         modified: list[str] = []
-        new_dirs: list[str] = []
         pos = 0
         n = len(data)
         with self._lock:
@@ -194,50 +198,60 @@ class InotifyWatcher:
                 name = data[pos + inotify.EVENT_HEAD:pos + inotify.EVENT_HEAD + length].rstrip(b"\0")
                 pos += inotify.EVENT_HEAD + length
                 if mask & inotify.IN_Q_OVERFLOW:
-                    self.scan_wanted = True
+                    # lost events may have been directories made: the next watch() walks everything again
+                    self.scan_wanted = self._rewalk = True
                     self.dropped += 1
                     continue
                 where = dirs.get(wd)
                 if where is None:
                     continue
-                paths, deep = where
                 if mask & (inotify.IN_IGNORED | inotify.IN_MOVE_SELF):
                     # gone, or moved away (its events would name paths it is no longer at): watch()
                     # watches whatever is at its paths after the rescan
                     del dirs[wd]
-                    for d in paths:
-                        self._watched.discard(f"{d}|True")
-                        self._watched.discard(f"{d}|False")
+                    self._forget_roots(where.paths)
                     if mask & inotify.IN_MOVE_SELF:
                         inotify.rm_watch(self._fd, wd)
                         self.scan_wanted = self._rewalk = True
+                    elif self.incomplete is not None and len(dirs) < self.max_watches:
+                        self.scan_wanted = self._rewalk = True      # room again: walk for what was not watched
                     continue
                 if mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
-                    self.scan_wanted = True
-                    if mask & inotify.IN_ISDIR and deep:
-                        new_dirs.extend(os.path.join(d, os.fsdecode(name)) for d in paths)
+                    if where.descends:
+                        # a directory (or a link, maybe to one) made or moved in where a glob may
+                        # match below: watched and walked by the next rescan's watch(), before it
+                        # lists, off the loop; too many to note: that watch() walks everything again
+                        if len(self._made) < self.max_watches:
+                            self._made.append((wd, os.fsdecode(name)))
+                        else:
+                            self._rewalk = True
+                    if where.descends or not mask & inotify.IN_ISDIR:
+                        self.scan_wanted = True     # no file can match in a directory made deeper
                 elif mask & inotify.NAMED and not mask & inotify.IN_ISDIR and name:
                     # written, or renamed away or deleted: an open file at that path is looked at
                     fname = os.fsdecode(name)
-                    modified.extend(os.path.join(d, fname) for d in paths)
+                    modified.extend(os.path.join(d, fname) for d in where.paths)
             if modified:
                 if len(self._modified) + len(modified) <= MAX_PENDING_PATHS:
                     self._modified.update(modified)
                 else:
                     self.scan_wanted = True
                     self.dropped += 1
-        for d in new_dirs:
-            self._add(d, True)
         self._wake.set()
         return n
 
+    def _forget_roots(self, paths: tuple[str, ...]) -> None:
+        for d in paths:
+            prefix = d + "|"
+            for key in [k for k in self._watched if k.startswith(prefix)]:
+                self._watched.discard(key)
     def take_modified(self) -> set[str]:
         """The paths modified since the last call (and forget them); a symlink target's path
         comes with the matched paths that lead to it."""
         with self._lock:
             out, self._modified = self._modified, set()
             link_of = self._link_of
-        return _translate(out, link_of)
+        return translate(out, link_of)
 
     def poll(self) -> None:
         """Take everything inotify queued, now (on the loop's thread): before a look that relies on
@@ -268,32 +282,88 @@ class InotifyWatcher:
             self.poll()
 
     def watch(self, inputs: Sequence[InputConfig], links: Mapping[str, LinkTarget] | None = None) -> None:
-        """Watch the existing base directories of every glob, and the directories of the targets
-        of `links` (`resolve_links` of the paths the rescan matched; each call replaces the last
-        set). Idempotent: call it after each rescan, so a directory that appears later gets its
-        own watch. A watched directory that is removed (a deleted pod's) drops its watch. Any thread."""
+        """Watch the existing base directories of every glob and the directories below them a glob
+        can match files in, the directories made since the last call, and the directories of the
+        targets of `links` (`resolve_links` of the paths the rescan matched; each call replaces
+        the last set). Idempotent: the rescan calls it before it lists (a directory made meanwhile
+        is then either listed by the rescan or reported) and after. A watched directory that is
+        removed (a deleted pod's) drops its watch. Blocking: any thread but the loop's."""
         if self._fd < 0:
             return
-        extra: list[tuple[str, bool]] = []
-        if links is not None:
-            extra = link_watch_targets(links.values())
-            with self._lock:
-                self._link_of = _links_by_target(links)
+        table = self._table
+        roots: dict[str, set[Item]] = {}
+        for inp in inputs:
+            for pattern in inp.paths:
+                d, g, level = glob_root(pattern, inp.symlinks)
+                if d not in ("", os.sep):
+                    roots.setdefault(d, set()).update(table.closure([(table.index(g), 0, level)]))
+        todo = [(f"{d}|{sorted(items)}", d, frozenset(items)) for d, items in roots.items()]
         with self._lock:
-            if self._rewalk:
-                # a watched directory moved: wherever it went under the globs is walked again
-                # (a watch that exists is kept: inotify gives the same descriptor back)
-                self._rewalk = False
+            if links is not None:
+                self._link_of = links_by_target(links)
+                self._link_roots = [d for d, _deep in link_watch_targets(links.values())]
+            rewalk, self._rewalk = self._rewalk, False
+            if rewalk:
+                # events were lost, or a watched directory moved: wherever the globs lead is walked
+                # again (a watch that exists is kept: inotify gives the same descriptor back)
                 self._watched.clear()
-        for d, deep in watch_targets(inputs) + extra:
-            key = f"{d}|{deep}"
+                self._made.clear()
+            made, self._made = self._made, []
+        only = frozenset(table.closure([(table.index(Glob((), "none")), 0, 0)]))
+        todo += [(f"{d}|False", d, only) for d in self._link_roots]
+        self._why = None
+        walk = Walk(table, self._add)
+        for key, d, items in todo:
             with self._lock:
                 if key in self._watched:
                     continue
                 self._watched.add(key)
-            if not self._add(d, deep):
+            got = open_dir(d)
+            if got is None:
                 with self._lock:
                     self._watched.discard(key)
+                continue
+            walk.visit((d,), got[0], got[1], items)
+            if walk.stopped:
+                break
+        for wd, name in made:
+            if walk.stopped:
+                break
+            self._walk_made(walk, wd, name)
+        why = self._why or walk.why
+        if rewalk:
+            self.incomplete = why
+        elif why is not None and self.incomplete is None:
+            self.incomplete = why
+
+    def _walk_made(self, walk: Walk, wd: int, name: str) -> None:
+        """Watch the directory `name` made in the watched `wd`, and walk it: opened in the very
+        directory the watch is on (its inode checked), never by a path looked at before."""
+        with self._lock:
+            where = self._dirs.get(wd)
+        if where is None:
+            return
+        sub = self._table.step(where.items, name)
+        if not sub:
+            return
+        got = open_dir(where.paths[0])
+        if got is None:
+            return
+        fd, st = got
+        try:
+            if (st.st_dev, st.st_ino) != where.key:
+                return                   # moved meanwhile: its IN_MOVE_SELF makes the next watch() walk again
+            try:
+                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+                child = (open_child(fd, name, stat_mod.S_ISLNK(mode), self._table, sub)
+                         if stat_mod.S_ISLNK(mode) or stat_mod.S_ISDIR(mode) else None)
+            except OSError as e:
+                child = None
+                walk.why = f"{os.path.join(where.paths[0], name)}: {e.strerror or e}"
+            if child is not None:
+                walk.visit(tuple(os.path.join(p, name) for p in where.paths), child[0], child[1], sub)
+        finally:
+            os.close(fd)
 
     def stop(self) -> None:
         """Stop watching (any thread: the fd is taken off the loop on the loop's own thread)."""
@@ -322,123 +392,10 @@ class InotifyWatcher:
         with self._lock:
             self._dirs.clear()
             self._watched.clear()
+            self._made.clear()
 
 
 def _close_watch_fd(loop: asyncio.AbstractEventLoop, fd: int) -> None:
     if not loop.is_closed():
         loop.remove_reader(fd)
     os.close(fd)
-
-
-class WatchdogWatcher:
-    """The portable fallback of `InotifyWatcher`: bridges watchdog (its own threads) to the event loop: an fs event sets `wake`, and notes what
-    the reader should look at: `scan_wanted` (something was created or moved in: rescan the globs)
-    or the path of a modified file (a closed file that grows is reopened without a full rescan).
-    inotify can drop events, so the periodic rescan still decides what exists."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Event) -> None:
-        self._loop = loop
-        self._wake = wake
-        self._observer: BaseObserver | None = None
-        self._pending = threading.Event()
-        self._watched: set[str] = set()
-        self._lock = threading.Lock()
-        self._modified: set[str] = set()
-        self._link_of: dict[str, tuple[str, ...]] = {}
-        self.scan_wanted = False
-        self.incomplete: str | None = None
-        self.dropped = 0
-
-    names_writes = False
-    """watchdog's events are not relied on to name every write: every open file is read every round."""
-
-    def poll(self) -> None:
-        """See `InotifyWatcher.poll`: watchdog's threads deliver events as they come."""
-
-    def _poke(self) -> None:
-        self._pending.clear()
-        self._wake.set()
-
-    def _on_event(self, event: FileSystemEvent) -> None:
-        # called on watchdog's thread; coalesce bursts into one wake-up per loop turn
-        kind = event.event_type
-        if kind == "modified" and not event.is_directory:
-            with self._lock:
-                if len(self._modified) < MAX_PENDING_PATHS:
-                    self._modified.add(os.fsdecode(event.src_path))
-                else:
-                    self.scan_wanted = True
-        elif kind in ("created", "moved"):
-            self.scan_wanted = True
-        if not self._pending.is_set():
-            self._pending.set()
-            try:
-                self._loop.call_soon_threadsafe(self._poke)
-            except RuntimeError:
-                pass  # loop closed during shutdown
-
-    def take_modified(self) -> set[str]:
-        """The paths modified since the last call (and forget them), as `InotifyWatcher.take_modified`."""
-        with self._lock:
-            out, self._modified = self._modified, set()
-            link_of = self._link_of
-        return _translate(out, link_of)
-
-    def pause(self) -> None:
-        """Nothing to stop: watchdog's threads keep queueing events (the reader ignores wake-ups meanwhile)."""
-
-    def resume(self) -> None:
-        """See `pause`."""
-
-    def drain(self) -> None:
-        """See `pause`: the events were taken as they came."""
-
-    def watch(self, inputs: Sequence[InputConfig], links: Mapping[str, LinkTarget] | None = None) -> None:
-        """Schedule watches on the existing base directories of every glob and on the directories
-        of the targets of `links`, as `InotifyWatcher.watch` (idempotent: call it after each rescan)."""
-        # watchdog's inotify thread warns when a directory created under a recursive watch is
-        # registered twice (a benign race it resolves itself); as an error it would kill that thread
-        warnings.filterwarnings("ignore", message="Callback with id", category=RuntimeWarning)
-        try:
-            from watchdog.events import (
-                DirCreatedEvent,
-                DirMovedEvent,
-                FileCreatedEvent,
-                FileModifiedEvent,
-                FileMovedEvent,
-                FileSystemEventHandler,
-            )
-            from watchdog.observers import Observer
-        except ImportError:  # pragma: no cover - watchdog is a dependency
-            return
-        if self._observer is None:
-            handler = FileSystemEventHandler()
-            handler.on_any_event = self._on_event  # type: ignore[method-assign]
-            self._handler = handler
-            # our own opens and closes are no news: ask inotify only for what can matter
-            self._filter = [FileCreatedEvent, FileModifiedEvent, FileMovedEvent, DirCreatedEvent, DirMovedEvent]
-            self._observer = Observer()
-            self._observer.daemon = True
-            self._observer.start()
-        extra: list[tuple[str, bool]] = []
-        if links is not None:
-            extra = link_watch_targets(links.values())
-            with self._lock:
-                self._link_of = _links_by_target(links)
-        for d, deep in watch_targets(inputs) + extra:
-            key = f"{d}|{deep}"
-            if key in self._watched:
-                continue
-            try:
-                self._observer.schedule(self._handler, d, recursive=deep, event_filter=self._filter)
-                self._watched.add(key)
-            except OSError:
-                pass  # inotify limits reached: the rescan still finds everything
-
-    def stop(self) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=5)
-            self._observer = None
-            self._watched.clear()
-
