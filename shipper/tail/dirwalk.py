@@ -13,7 +13,6 @@ from typing import Protocol
 from shipper.tail import opening
 from shipper.tail.watchplan import GlobTable, Item
 
-_O_PATH = getattr(os, "O_PATH", 0)
 # O_NONBLOCK: nothing a user swaps in can make an open wait; O_DIRECTORY: only a directory opens
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC
 # gone, or not (or no longer) what the listing said: a directory swapped for a link or a file
@@ -21,11 +20,9 @@ _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EMLINK, errno.EINVAL, e
 
 
 class Adder(Protocol):
-    def __call__(self, paths: tuple[str, ...], fd: int, st: os.stat_result,
-                 items: frozenset[Item]) -> frozenset[Item] | None:
-        """Watch the directory open at `fd` (its fstat `st`), reached by `paths` with `items`: the
-        items not walked below it before (empty: nothing new), or None when the walk must stop
-        (the bound on watches is reached)."""
+    def __call__(self, paths: tuple[str, ...], fd: int, st: os.stat_result, items: frozenset[Item]) -> bool | None:
+        """Watch the directory open at `fd` (its fstat `st`), reached by `paths` with `items`:
+        whether it is watched now, or None when the walk must stop (the bound on watches)."""
         ...
 
 
@@ -76,9 +73,9 @@ def open_child(parent: int, name: str, is_link: bool, table: GlobTable,
 def _read_link(parent: int, name: str) -> tuple[int, str]:
     """The owner and target of the link `name`, both from the link's own fd where there is one
     (a link swapped meanwhile cannot pair one link's owner with another's target)."""
-    if not _O_PATH:
+    if not opening.O_PATH:
         return os.stat(name, dir_fd=parent, follow_symlinks=False).st_uid, os.readlink(name, dir_fd=parent)
-    lfd = os.open(name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    lfd = os.open(name, opening.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     try:
         return os.fstat(lfd).st_uid, os.readlink("", dir_fd=lfd)
     finally:
@@ -107,24 +104,30 @@ def subdirs(fd: int) -> list[tuple[str, bool]]:
 class Walk:
     """One walk: `visit` each directory to watch from where the watcher starts it, depth first
     (one descriptor open per level: a level is at most MAX_DEPTH below a glob's fixed part plus its
-    other parts), descending only where `table.descends`. `stopped`: the adder refused (the bound)."""
+    other parts), descending only where `table.descends`, each directory (st_dev, st_ino) once for
+    each item (a directory reached again, by a link or by another glob's root, is listed again only
+    for what is new). `stopped`: the adder refused (the bound)."""
 
     def __init__(self, table: GlobTable, add: Adder) -> None:
         self.table = table
         self.add = add
         self.stopped = False
         self.why: str | None = None      # a directory that could not be entered, and why (EMFILE, say)
+        self._seen: dict[tuple[int, int], frozenset[Item]] = {}
 
     def visit(self, paths: tuple[str, ...], fd: int, st: os.stat_result, items: frozenset[Item]) -> None:
         """Watch the directory at `fd` (the walk closes it) and every directory to watch below it."""
         try:
-            new = self.add(paths, fd, st, items)
-            if new is None:
+            ok = self.add(paths, fd, st, items)
+            if ok is None:
                 self.stopped = True
                 return
-            if not new or not self.table.descends(new):
-                return
-            self.below(paths, fd, new)
+            key = (st.st_dev, st.st_ino)
+            before = self._seen.get(key, frozenset())
+            new = items - before
+            self._seen[key] = before | items
+            if ok and new and self.table.descends(new):
+                self.below(paths, fd, new)
         finally:
             os.close(fd)
 

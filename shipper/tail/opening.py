@@ -17,9 +17,9 @@ from shipper.config import Symlinks
 RULE_TEXT = {"owner": "symlinks: owner", "all": "symlinks: true", "none": "symlinks: false"}
 
 MAX_LINK_HOPS = 40                               # as the kernel's own limit on nested links (ELOOP)
-_O_PATH = getattr(os, "O_PATH", 0)
-_DIR_FLAGS = (_O_PATH or os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
-_LINK_FLAGS = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+O_PATH = getattr(os, "O_PATH", 0)                # Linux only: 0 elsewhere
+_DIR_FLAGS = (O_PATH or os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
+_LINK_FLAGS = O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO opened for reading does not wait for a writer; regular files ignore the flag
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
 _NOATIME = getattr(os, "O_NOATIME", 0)
@@ -247,10 +247,10 @@ class _Walk:
                     continue
                 if rule.copy:
                     return Refused(self.path, "a rotated copy that is a symbolic link", link, "rotated copies")
-                if _O_PATH:
+                if O_PATH:
                     self.lfd = os.open(item, _LINK_FLAGS, dir_fd=self.cur)
             else:
-                if _O_PATH:
+                if O_PATH:
                     nfd = os.open(item, _LINK_FLAGS, dir_fd=self.cur)
                     nst = os.fstat(nfd)
                 else:                            # no O_PATH (not Linux): a look, then the open

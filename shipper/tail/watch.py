@@ -151,8 +151,7 @@ class InotifyWatcher:
         with self._lock:
             return len(self._dirs)
 
-    def _add(self, paths: tuple[str, ...], fd: int, st: os.stat_result,
-             items: frozenset[Item]) -> frozenset[Item] | None:
+    def _add(self, paths: tuple[str, ...], fd: int, st: os.stat_result, items: frozenset[Item]) -> bool | None:
         """dirwalk's `Adder`: the directory open at `fd` watched (the kernel's answer says whether it
         was already: one inode, one watch descriptor)."""
         try:
@@ -160,7 +159,7 @@ class InotifyWatcher:
         except OSError as e:
             if e.errno not in (errno.ENOENT, errno.ENOTDIR):      # gone meanwhile: nothing there to miss
                 self._why = f"{paths[0]}: {e.strerror or e}"
-            return frozenset()
+            return False
         with self._lock:
             old = self._dirs.get(wd)
             if old is None:
@@ -169,13 +168,12 @@ class InotifyWatcher:
                     self._why = (f"{paths[0]}: not watched, more than {self.max_watches} directories would be "
                                  "(the bound on inotify watches)")
                     return None
-                new, merged = items, items
-                got = paths
+                self._dirs[wd] = _Dir(paths, items, (st.st_dev, st.st_ino), self._table.descends(items))
             else:
-                new, merged = items - old.items, items | old.items
+                merged = items | old.items
                 got = old.paths + tuple(p for p in paths if p not in old.paths)
-            self._dirs[wd] = _Dir(got, merged, (st.st_dev, st.st_ino), self._table.descends(merged))
-        return new
+                self._dirs[wd] = _Dir(got, merged, (st.st_dev, st.st_ino), self._table.descends(merged))
+        return True
 
     def _on_readable(self) -> int:
         """Read one buffer of events; how many bytes it held (0: none queued)."""
