@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from shipper.config_inputs import InputConfig
 from shipper.model import FLAG_CONTAINER_UNPARSED, FLAG_TRUNCATED, Held, Line
 from shipper.parse.container import (
     DOCKER_HEAD,
@@ -335,3 +336,22 @@ class ContainerJoiner:
         self._floor = q
         self._spans = [(s, e) for s, e in spans if e > q]
         return q
+
+
+def joiner_for(inp: InputConfig) -> ContainerJoiner:
+    """The joiner of an input's files (format docker or cri; auto once a file shows a record), with
+    its multiline after it."""
+    m = inp.multiline
+    fmt: ContainerFormat = "docker" if inp.format == "docker" else "cri" if inp.format == "cri" else "auto"
+    if m is None:
+        return ContainerJoiner(fmt, inp.max_line_bytes)
+    return ContainerJoiner(fmt, inp.max_line_bytes, m.start, m.max_lines, m.timeout_s)
+
+
+def holder_for(inp: InputConfig) -> ContainerJoiner | MultilineAggregator | None:
+    """What holds a file's lines of this input until they are events: the joiner of a container
+    format, multiline, or nothing (format auto gets its joiner when a file shows a record)."""
+    if inp.format == "docker" or inp.format == "cri":
+        return joiner_for(inp)
+    m = inp.multiline
+    return None if m is None else MultilineAggregator(m.start, m.max_lines, m.timeout_s)

@@ -14,10 +14,9 @@ from shipper.clock import Clock
 from shipper.config import Config
 from shipper.events import Events
 from shipper.model import Checkpoint, Line, SplitBuild
-from shipper.parse.container import ContainerEvent, ContainerFormat, is_container_record, physical_max_line_bytes
-from shipper.parse.container_join import ContainerJoiner
+from shipper.parse.container import ContainerEvent, is_container_record, physical_max_line_bytes
+from shipper.parse.container_join import ContainerJoiner, holder_for, joiner_for
 from shipper.parse.document import DocBuilder
-from shipper.parse.multiline import MultilineAggregator
 from shipper.sources.base import Drafts, DropCounter, Progress, Room, input_label
 from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
@@ -64,19 +63,7 @@ class FileReader:
         self.unannounced: list[OpenFile] = []   # quiet files a full check found changed (FileSource judges)
 
     def holder(self, idx: int) -> Holder | None:
-        inp = self.cfg.inputs[idx]
-        if inp.format == "docker" or inp.format == "cri":
-            return self._joiner(idx)
-        m = inp.multiline
-        return None if m is None else MultilineAggregator(m.start, m.max_lines, m.timeout_s)
-
-    def _joiner(self, idx: int) -> ContainerJoiner:
-        inp = self.cfg.inputs[idx]
-        m = inp.multiline
-        fmt: ContainerFormat = "docker" if inp.format == "docker" else "cri" if inp.format == "cri" else "auto"
-        if m is None:
-            return ContainerJoiner(fmt, inp.max_line_bytes)
-        return ContainerJoiner(fmt, inp.max_line_bytes, m.start, m.max_lines, m.timeout_s)
+        return holder_for(self.cfg.inputs[idx])
 
     def _sniff(self, f: OpenFile, lines: list[Line]) -> ContainerJoiner | None:
         """Format auto without multiline: a file whose batch begins or ends with a Docker or CRI
@@ -87,7 +74,7 @@ class FileReader:
             return None
         if not (is_container_record(lines[0][2]) or is_container_record(lines[-1][2])):
             return None
-        j = self._joiner(f.input_idx)
+        j = joiner_for(inp)
         f.holder = j
         return j
 
@@ -211,19 +198,24 @@ class FileReader:
         if new_off != cp.offset or cp.incarnation not in draft.checkpoints or grouped:
             self.moves += 1
             draft.cover(cp.incarnation, cp.offset, new_off)
-            cp.offset = new_off
+            start, cp.offset = cp.offset, new_off
             if not grouped:
                 cp.size = f.harvester.size
                 if f.role == "live":
-                    self.grow_fingerprint(f)
+                    self.grow_fingerprint(f, start)
             cp.updated = now_wall
             draft.checkpoints[cp.incarnation] = dataclasses.replace(cp)
 
-    @staticmethod
-    def grow_fingerprint(f: OpenFile) -> None:
+    def grow_fingerprint(self, f: OpenFile, start: int | None = None) -> None:
+        """A live file's fingerprint grown with it. From none (an empty file's names nothing: after a
+        kill -9 its .gz was taken for a file no one saw), it is stored at `start` (default: the
+        checkpoint's offset) before any of its events go out from memory (`must_store`)."""
         grown = f.harvester.grown_fingerprint()
         if grown is not None:
-            f.checkpoint.fp_len, f.checkpoint.fp = grown
+            cp = f.checkpoint
+            named, (cp.fp_len, cp.fp) = cp.fp_len, grown
+            if not named:
+                self.writer.must_store(dataclasses.replace(cp, offset=cp.offset if start is None else start))
 
     def flush_due(self, now_mono: float) -> None:
         for f in list(self.files.holding.values()):

@@ -25,7 +25,16 @@ class CheckpointBook:
     def stamp(self, checkpoints: Iterable[Checkpoint]) -> dict[str, dict[str, Any]]:
         """Checkpoints as stored, with the version of this write (one more than any stored)."""
         v = self.version + 1
-        return {cp.incarnation: dict(cp.to_dict(), v=v) for cp in checkpoints}
+        out = {}
+        for cp in checkpoints:
+            d = dict(cp.to_dict(), v=v)
+            held = self.checkpoints.get(cp.incarnation)
+            if held is not None and held.fp_len > cp.fp_len:
+                # an incarnation's first bytes never change: its fingerprint only grows. A copy taken
+                # before it grew (a draft planned after a newer record) does not take it back
+                d["fp_len"], d["fp"] = held.fp_len, held.fp
+            out[cp.incarnation] = d
+        return out
 
     def remember(self, stamped: dict[str, dict[str, Any]], carrier: int | None) -> None:
         """After the write: `stamped` is stored, in the row of batch `carrier` or (None) in their own rows."""

@@ -125,6 +125,9 @@ class Rig:
         self.build()
         self.docs: dict[str, dict[str, Any]] = {}
         self.dup_ids: list[str] = []
+        # write the checkpoints acks moved at every collect (the keeper's timer does it within
+        # CHECKPOINT_EVERY_S..CHECKPOINT_IDLE_S in the daemon); False: as before that timer fired
+        self.flush_acked = True
 
     def build(self) -> Stepped:
         """A new pipeline over what the spool holds (read directly: no spool call is pending here)."""
@@ -186,7 +189,8 @@ class Rig:
                 held = meta
             ob.done()
             ob.acked(held, meta.events)
-        await self.flush_checkpoints()
+        if self.flush_acked:
+            await self.flush_checkpoints()
 
     async def flush_checkpoints(self) -> None:
         keeper = self.p.pipeline.keeper
@@ -209,6 +213,15 @@ class Rig:
         self.p.close_files()
         await self.p.client.close()
         await self.spool.flush()
+        self.build()
+
+    async def kill(self) -> None:
+        """kill -9 between two steps: the pipeline is dropped where it stands. Nothing read since the
+        last commit is kept, what is out from memory is neither acked nor spilled, the checkpoints
+        acks moved and not yet flushed are not written; the spool holds what its records wrote
+        (every one handed over has been written: each step awaits its commits)."""
+        self.p.close_files()
+        await self.p.client.close()
         self.build()
 
     async def close(self) -> None:
