@@ -1,6 +1,7 @@
 """`shipper state check|repair`: is the state dir sound, and salvage it when it is not (spool/salvage.py).
-check: exit 0 sound, 3 damaged; repair: 0 when sound or repaired, 3 when it could not be, 1 while a
-daemon runs on it. `render` (pure) says what was found, kept and lost, by file and offset range."""
+check (read-only, beside a running daemon too): exit 0 sound, 3 damaged; repair: 0 when sound or
+repaired, 3 when it could not be, 1 while a daemon runs on it. `render` (pure) says what was found,
+kept and lost, by file and offset range."""
 
 from __future__ import annotations
 
@@ -121,8 +122,14 @@ def _state(cfg: Config, action: Action) -> int:
     if not os.path.exists(path):
         print(f"no spool at {path}: nothing to {action}", file=sys.stderr)
         return 0
+    if action == "check":
+        # read-only, beside a running daemon too: no lock taken, nothing written (salvage.read_only)
+        report = salvage.check(cfg.state_dir)
+        print(render(report, action), end="")
+        return 3 if report.inspection.damaged else 0
     if daemon_running(cfg.state_dir):
-        print(f"shipper: a daemon is running on {cfg.state_dir}; stop it first (`systemctl stop shipper`)",
+        print(f"shipper: a daemon is running on {cfg.state_dir}; `state repair` rewrites the spool, so stop "
+              "the daemon first (`systemctl stop shipper`); `shipper state check` reads it while the daemon runs",
               file=sys.stderr)
         return 1
     from shipper.service import StateLock
@@ -132,10 +139,6 @@ def _state(cfg: Config, action: Action) -> int:
         print(f"shipper: {e}", file=sys.stderr)
         return 1
     try:
-        if action == "check":
-            report = salvage.check(cfg.state_dir)
-            print(render(report, action), end="")
-            return 3 if report.inspection.damaged else 0
         try:
             report = salvage.repair(cfg.state_dir, SystemClock().time())
         except (StateDamagedError, OSError) as e:

@@ -1,7 +1,7 @@
-"""A damaged spool, examined and salvaged (`shipper state check|repair`, the check at start):
-read below diskcache, row by row (values decoded as data by `disk.DataDisk`), since its API stops
-at the first page that does not read; the usable rows written into a fresh store. Only while no
-daemon holds the state dir; what was lost is spool/lost.py's account."""
+"""A damaged spool, examined and salvaged (`shipper state check|repair`, the check at start): read
+below diskcache, row by row (values decoded as data by `disk.DataDisk`), since its API stops at the
+first page that does not read. A check only reads, beside a running daemon too; a repair writes the
+usable rows into a fresh store while no daemon holds the state dir (the loss: spool/lost.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import datetime as dt
 import os
 import shutil
 import sqlite3
+import urllib.parse
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,13 +36,22 @@ def db_path(state_dir: str) -> str:
     return os.path.join(state_dir, "spool", DB_NAME)
 
 
+def read_only(path: str, *, immutable: bool = False) -> sqlite3.Connection:
+    """A connection that never writes the spool (`mode=ro`): beside a running daemon it reads the
+    newest committed state through the WAL, and closing it never checkpoints a WAL a killed
+    daemon left into the database file, as the last read-write connection's close would.
+    `immutable`: a file nobody writes (no -shm, no lock, the WAL not read)."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + ("?immutable=1" if immutable else "?mode=ro")
+    return sqlite3.connect(uri, isolation_level=None, uri=True)
+
+
 # ================================================================ SQLite's own check
 
 def quick_check(path: str) -> list[str]:
     """SQLite's `PRAGMA quick_check` (b-tree structure, page and cell layout; not index contents):
     [] when sound, else its messages. An error that is not damage (a full disk, I/O) is raised."""
     try:
-        con = sqlite3.connect(path, isolation_level=None)
+        con = read_only(path)
     except sqlite3.DatabaseError as e:
         if not is_damage(e):
             raise
@@ -226,7 +236,7 @@ def inspect(state_dir: str, *, immutable: bool = False) -> Inspection:
             raise ShipperError(f"{path} cannot be checked: SQLite: {e} (is the disk full?)") from e
     disk = DataDisk(os.path.dirname(path))
     try:
-        con = sqlite3.connect(f"file:{path}?immutable=1" if immutable else path, isolation_level=None, uri=immutable)
+        con = read_only(path, immutable=immutable)
     except sqlite3.Error as e:
         ins.sqlite_problems.append(f"SQLite: {e}")
         return ins
@@ -241,12 +251,13 @@ def inspect(state_dir: str, *, immutable: bool = False) -> Inspection:
         ins.unreadable_pages = skipped
         index = _scan_index(con)
         for rid in sorted(set(index) - set(table) - bad_rowids):
-            try:                # a row the scan stepped over (a damaged page in front of it)
-                r = con.execute("SELECT key, raw, mode, filename, value FROM Cache WHERE rowid = ?", (rid,)).fetchone()
-            except sqlite3.DatabaseError:
-                continue
-            if r is not None:
-                table[rid] = tuple(r)
+            # a row the scan stepped over (a damaged page in front of it), or one a running daemon
+            # added after the scan passed its place
+            got = _row_or_gone(con, rid, index[rid])
+            if got == GONE:
+                del index[rid]          # acked since the index was read: gone from both, not damage
+            elif got is not None:
+                table[rid] = got
     finally:
         con.close()
     for rid in sorted(bad_rowids | (set(index) - set(table))):
@@ -260,6 +271,28 @@ def inspect(state_dir: str, *, immutable: bool = False) -> Inspection:
     for rid in sorted(table):
         _sort_row(ins, disk, rid, table[rid])
     return ins
+
+
+GONE: tuple[Any, ...] = ()      # _row_or_gone: the row was deleted since it was named
+
+
+def _row_or_gone(con: sqlite3.Connection, rid: int, key_raw: tuple[Any, Any]) -> tuple[Any, ...] | None:
+    """The row at `rid` the index named; GONE when, in one snapshot, neither the table nor the
+    index holds it any more (a running daemon deleted it since: an ack); None when it does not
+    read, or the index still names a row the table lacks (damage)."""
+    try:
+        con.execute("BEGIN")
+        try:
+            r = con.execute("SELECT key, raw, mode, filename, value FROM Cache WHERE rowid = ?", (rid,)).fetchone()
+            if r is not None:
+                return tuple(r)
+            named = con.execute("SELECT 1 FROM Cache INDEXED BY Cache_key_raw WHERE key = ? AND raw = ? AND rowid = ?",
+                                (*key_raw, rid)).fetchone()
+            return None if named is not None else GONE
+        finally:
+            con.execute("COMMIT")
+    except sqlite3.DatabaseError:
+        return None
 
 
 def _sort_row(ins: Inspection, disk: DataDisk, rid: int, r: tuple[Any, ...]) -> None:

@@ -10,6 +10,7 @@ import pickle
 import random
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,3 +173,39 @@ def test_lost_ranges_come_from_the_header_or_from_the_neighbours() -> None:
     [again] = lost_ranges({7: good[7]}, {8: None}, {"a": {"incarnation": "a", "path": "/l/a.log",
                                                                  "offset": 500, "v": 1}}, closing=[7])
     assert again.reread and again.path == "/l/a.log" and (again.start, again.end) == (500, None)
+
+
+def test_a_batch_queued_and_acked_while_check_reads_is_no_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`state check` reads beside a running daemon (no lock, read-only): a batch queued after the
+    table scan passed its place is named by the index, and acked before its row is looked up. It is
+    gone from table and index alike, which is no damage. The interleaving is made exact by running
+    the daemon's two writes between check's own steps."""
+    state = tmp_path / "state"
+    rng = random.Random(3)
+    daemon = Spool(str(state))
+    try:
+        for i in range(3):
+            daemon.commit([(_body(rng, 5), 5)], {"inc1": (i * 100, i * 100 + 100)}, [_cp(i * 100 + 100)], True)
+        late: list[int] = []
+        scan_table, scan_index = salvage._scan_table, salvage._scan_index
+
+        def table_then_queue(con: sqlite3.Connection, problems: list[str]) -> Any:
+            got = scan_table(con, problems)
+            # no checkpoint on it: its ack is one delete (a settled checkpoint would take its rowid)
+            [(m, _)] = daemon.commit([(_body(rng, 5), 5)], {"inc1": (300, 400)}, [], True)
+            late.append(m.seq)
+            return got
+
+        def index_then_ack(con: sqlite3.Connection) -> Any:
+            got = scan_index(con)
+            assert any(key == late[0] for key, _raw in got.values())     # the index named it
+            daemon.ack(late[0], [])
+            return got
+
+        monkeypatch.setattr(salvage, "_scan_table", table_then_queue)
+        monkeypatch.setattr(salvage, "_scan_index", index_then_ack)
+        report = salvage.check(str(state))
+        assert not report.inspection.damaged, (report.inspection.bad, report.inspection.sqlite_problems)
+        assert sorted(report.inspection.batches) == [1, 2, 3]
+    finally:
+        daemon.close()
