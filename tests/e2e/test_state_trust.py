@@ -170,9 +170,14 @@ def test_root_commands_follow_no_link_in_another_users_state_dir(open_tmp: Path)
     p = shipper("status", "--json", "-c", str(cfg), cwd=open_tmp)
     assert p.returncode == 0 and "TOPSECRET" not in p.stdout + p.stderr, p.stdout + p.stderr
     assert '"dead_letter":1' in p.stdout
+    # `state check` reads the spool only (it takes no lock, SPEC: it checks and reports): sound,
+    # and the lock's link is not even opened; `state repair` takes the lock and refuses the link
     p = shipper("state", "check", "--state-dir", str(state), cwd=open_tmp)
+    assert p.returncode == 0 and "sound" in p.stdout and "TOPSECRET" not in p.stdout + p.stderr, p.stdout + p.stderr
+    p = shipper("state", "repair", "--state-dir", str(state), cwd=open_tmp)
     assert "is a symbolic link: not followed" in p.stderr and p.returncode == 1     # the lock
     assert precious["lock-target"].read_bytes() == b"precious root data\n"
+    assert (state / "lock").is_symlink() and os.readlink(state / "lock") == str(precious["lock-target"])
 
 
 def test_root_commands_refuse_a_state_dir_others_may_write(open_tmp: Path) -> None:
