@@ -16,7 +16,7 @@ from shipper.tail.watchplan import GlobTable, Item
 # O_NONBLOCK: nothing a user swaps in can make an open wait; O_DIRECTORY: only a directory opens
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC
 # gone, or not (or no longer) what the listing said: a directory swapped for a link or a file
-_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EMLINK, errno.EINVAL, errno.EACCES, errno.EPERM)
+GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EMLINK, errno.EINVAL, errno.EACCES, errno.EPERM)
 
 
 class Adder(Protocol):
@@ -61,7 +61,7 @@ def open_child(parent: int, name: str, is_link: bool, table: GlobTable,
         link_uid, dest = _read_link(parent, name)
         got = _judged(os.open(dest, _DIR_FLAGS, dir_fd=parent))
     except OSError as e:
-        if e.errno in _GONE:
+        if e.errno in GONE:
             return None        # gone, replaced by a link or a file meanwhile: its events say so
         raise
     if got is not None and not opening.follows_dir_link(link_uid, got[1].st_uid, rule):

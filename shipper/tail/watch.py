@@ -10,13 +10,13 @@ import errno
 import os
 import stat as stat_mod
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from shipper.config import InputConfig
 from shipper.tail import inotify
-from shipper.tail.dirwalk import Walk, open_child, open_dir
+from shipper.tail.dirwalk import GONE, Walk, open_child, open_dir
 from shipper.tail.discovery import LinkTarget
 from shipper.tail.watch_fallback import WatchdogWatcher
 from shipper.tail.watchplan import (
@@ -324,25 +324,25 @@ class InotifyWatcher:
             walk.visit((d,), got[0], got[1], items)
             if walk.stopped:
                 break
+        by_wd: dict[int, dict[str, None]] = {}
         for wd, name in made:
+            by_wd.setdefault(wd, {})[name] = None        # each parent opened once, each name once
+        for wd, names in by_wd.items():
             if walk.stopped:
                 break
-            self._walk_made(walk, wd, name)
+            self._walk_made(walk, wd, names)
         why = self._why or walk.why
         if rewalk:
             self.incomplete = why
         elif why is not None and self.incomplete is None:
             self.incomplete = why
 
-    def _walk_made(self, walk: Walk, wd: int, name: str) -> None:
-        """Watch the directory `name` made in the watched `wd`, and walk it: opened in the very
+    def _walk_made(self, walk: Walk, wd: int, names: Iterable[str]) -> None:
+        """Watch the directories `names` made in the watched `wd`, and walk them: opened in the very
         directory the watch is on (its inode checked), never by a path looked at before."""
         with self._lock:
             where = self._dirs.get(wd)
         if where is None:
-            return
-        sub = self._table.step(where.items, name)
-        if not sub:
             return
         got = open_dir(where.paths[0])
         if got is None:
@@ -351,15 +351,23 @@ class InotifyWatcher:
         try:
             if (st.st_dev, st.st_ino) != where.key:
                 return                   # moved meanwhile: its IN_MOVE_SELF makes the next watch() walk again
-            try:
-                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
-                child = (open_child(fd, name, stat_mod.S_ISLNK(mode), self._table, sub)
-                         if stat_mod.S_ISLNK(mode) or stat_mod.S_ISDIR(mode) else None)
-            except OSError as e:
-                child = None
-                walk.why = f"{os.path.join(where.paths[0], name)}: {e.strerror or e}"
-            if child is not None:
-                walk.visit(tuple(os.path.join(p, name) for p in where.paths), child[0], child[1], sub)
+            for name in names:
+                sub = self._table.step(where.items, name)
+                if walk.stopped:
+                    return
+                if not sub:
+                    continue
+                try:
+                    mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+                    is_link = stat_mod.S_ISLNK(mode)
+                    child = open_child(fd, name, is_link, self._table, sub) \
+                        if is_link or stat_mod.S_ISDIR(mode) else None     # most are files: nothing to watch
+                except OSError as e:
+                    if e.errno not in GONE:
+                        walk.why = f"{os.path.join(where.paths[0], name)}: {e.strerror or e}"
+                    continue
+                if child is not None:
+                    walk.visit(tuple(os.path.join(p, name) for p in where.paths), child[0], child[1], sub)
         finally:
             os.close(fd)
 

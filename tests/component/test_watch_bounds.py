@@ -249,3 +249,28 @@ def test_links_to_directories_are_watched_as_symlinks_says(open_tmp: Path) -> No
         finally:
             loop.close()
             w.stop()
+
+
+async def test_names_made_and_gone_before_the_rescan_leave_the_watcher_complete(tmp_path: Path) -> None:
+    """Files and directories made under a ** glob and removed before the rescan's watch() (a
+    short-lived temp file, say) are nothing to watch, and no reason to read every file every round."""
+    wake = asyncio.Event()
+    w = watch.make_watcher(asyncio.get_running_loop(), wake)
+    assert isinstance(w, watch.InotifyWatcher)
+    inp = InputConfig(paths=(f"{tmp_path}/**/*.log",))
+    await asyncio.to_thread(w.watch, [inp])
+    try:
+        for i in range(20):
+            (tmp_path / f"t{i}.log").write_bytes(b"x\n")
+            (tmp_path / f"d{i}").mkdir()
+        (tmp_path / "kept").mkdir()
+        await async_wait_until(lambda: w.scan_wanted, "the names made to ask for a rescan", timeout_s=5)
+        w.poll()
+        for i in range(20):
+            (tmp_path / f"t{i}.log").unlink()
+            (tmp_path / f"d{i}").rmdir()
+        await asyncio.to_thread(w.watch, [inp])
+        assert w.incomplete is None
+        assert watched(w) == {str(tmp_path), str(tmp_path / "kept")} and kernel_watches(w) == 2
+    finally:
+        await asyncio.to_thread(w.stop)
