@@ -30,6 +30,17 @@ def gzip_compress(data: bytes | Sequence[bytes]) -> bytes:
     return b"".join(out)
 
 
+def join_bodies(bodies: Sequence[bytes], gzipped: bool) -> bytes:
+    """Stored bodies as one request's body, in order. Gzipped ones become ONE gzip member again:
+    RFC 1952 allows a body of several members, but Elasticsearch and OpenSearch read request bodies
+    through Netty's HttpContentDecompressor, whose JdkZlibDecoder stops at the end of the first
+    member unless built with `decompressConcatenated` (it is not there), so the documents after it
+    would silently not be indexed. Run off the loop: it decompresses and compresses every byte."""
+    if not gzipped:
+        return b"".join(bodies)
+    return gzip_compress([gzip_decompress(b) for b in bodies])
+
+
 def gzip_decompress(data: bytes) -> bytes:
     out: bytes = _gzip.decompress(data)  # type: ignore[no-untyped-call]   # isal's igzip.decompress has no annotations
     return out

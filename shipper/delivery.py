@@ -12,6 +12,7 @@ from collections.abc import Callable
 from shipper.clock import Clock
 from shipper.events import Events
 from shipper.model import Attempt, BatchMeta, DeadLetter
+from shipper.ship import merge
 from shipper.ship.outbox import Outbox
 from shipper.ship.sender import Sender
 from shipper.spool.aio import AsyncSpool
@@ -27,8 +28,11 @@ log = logging.getLogger("shipper.output")
 
 class Delivery:
     def __init__(self, outbox: Outbox, sender: Sender, spool: AsyncSpool, disk: DiskWait, events: Events,
-                 clock: Clock, finished: Callable[[], bool], keeper: Keeper) -> None:
+                 clock: Clock, finished: Callable[[], bool], keeper: Keeper, *, max_events: int,
+                 max_bytes: int) -> None:
         self.keeper = keeper
+        self.max_events = max_events          # a merged request's bounds: bulk_max_events, bulk_max_bytes
+        self.merge_max_bytes = max_bytes      # lowered after a merged request was answered 413
         self.outbox = outbox
         self.sender = sender
         self.spool = spool
@@ -39,7 +43,10 @@ class Delivery:
         self.on_ack: Callable[[], None] = _nothing
 
     async def worker(self) -> None:
-        """Take batches in order and deliver each; return once reading is done and nothing is left."""
+        """Take batches in order and deliver each; return once reading is done and nothing is left.
+        Several waiting (every slot was busy: behind) go as one request of up to bulk_max_events
+        and bulk_max_bytes (ship/merge.py), each still acked, dead-lettered and checkpointed as
+        its own batch: requests stay full however small the drafts flush_interval cut."""
         ob = self.outbox
         while True:
             while not len(ob):
@@ -51,19 +58,55 @@ class Delivery:
                 except asyncio.CancelledError:
                     ob.pass_wake_on(woken)
                     raise
-            meta, body = ob.take()
+            # the slot first, then the batches: whatever waits when a request may go goes in it
+            # (a sender holding batches while it waits for a slot would send them small)
+            token = await self.sender.reserve()
+            if not len(ob):
+                self.sender.unreserve(token)      # another sender took them meanwhile
+                continue
+            group = ob.take_group(self.max_events, self.merge_max_bytes)
             try:
-                if body is None:
-                    body = await self.spool.read(meta.seq)
-                if body is None:
-                    log.error("queue record missing", extra={"seq": meta.seq})
-                    ob.lost(meta)
-                    continue
-                dead = await self.sender.deliver(Attempt(body, meta.gzipped, meta.events))
-                await self._ack(meta, dead)
+                if len(group) == 1:
+                    await self._deliver_one(*group[0], token)
+                else:
+                    await self._deliver_merged(group, token)
             finally:
+                self.sender.unreserve(token)      # no-op once its request went
                 ob.done()
                 self.on_ack()     # a draft held back for a free slot may go now
+
+    async def _deliver_one(self, meta: BatchMeta, body: bytes | None, token: int) -> None:
+        if body is None:
+            body = await self.spool.read(meta.seq)
+        if body is None:
+            log.error("queue record missing", extra={"seq": meta.seq})
+            self.outbox.lost(meta)
+            return
+        dead = await self.sender.deliver_items(Attempt(body, meta.gzipped, meta.events), token)
+        await self._ack(meta, [d for _, d in dead])
+
+    async def _deliver_merged(self, group: list[tuple[BatchMeta, bytes | None]], token: int) -> None:
+        """One request of several batches: their bodies joined on the spool thread (re-compressed
+        as one gzip member), each document's dead letter back to its batch, each batch acked."""
+        body, missing = await self.spool.joined([b if b is not None else m.seq for m, b in group],
+                                                group[0][0].gzipped)
+        if missing:
+            for meta, _ in group:
+                if meta.seq in missing:
+                    log.error("queue record missing", extra={"seq": meta.seq})
+                    self.outbox.lost(meta)
+            group = [g for g in group if g[0].seq not in missing]
+            if not group:
+                return
+        metas = [meta for meta, _ in group]
+        counts = [meta.events for meta in metas]
+        too_large = self.sender.too_large
+        dead = await self.sender.deliver_items(Attempt(body, metas[0].gzipped, sum(counts)), token)
+        if self.sender.too_large > too_large:
+            self.merge_max_bytes = merge.split_cap(sum(m.raw_bytes for m in metas), self.merge_max_bytes)
+        self.events.merged(len(metas), sum(counts))
+        for meta, its_dead in zip(metas, merge.by_record(counts, dead), strict=True):
+            await self._ack(meta, its_dead)
 
     async def _ack(self, meta: BatchMeta, dead: list[DeadLetter]) -> None:
         if meta.seq < 0:

@@ -71,6 +71,7 @@ HELP = {
     "shipper_state_dir_full": ("gauge", "1 while the state dir's filesystem is full: reading paused, sending and acking go on (issue 19)."),
     "shipper_state_dir_free_bytes": ("gauge", "Bytes free on the state dir's filesystem (statvfs, for unprivileged users)."),
     "shipper_events_spilled_total": ("counter", "Events sent from memory and written to the on-disk queue before their acknowledgement, by reason (late: not acknowledged within queue.spill_after; file_gone: their file is deleted or truncated; stop)."),
+    "shipper_batches_merged_total": ("counter", "Queued batches sent joined with others in one bulk request (behind: several waited when a request slot freed; each is still acknowledged on its own)."),
     "shipper_memory_events": ("gauge", "Events sent from memory (queue.spool: when_behind) not yet acknowledged nor written to the queue."),
     "shipper_memory_bytes": ("gauge", "Bytes of the request bodies sent from memory not yet acknowledged nor written to the queue."),
     "shipper_state_written_bytes_total": ("counter", "Bytes written to the state dir: queue, checkpoints and dead letters, with SQLite's own pages (what the spool's threads passed to write(2))."),
@@ -101,8 +102,7 @@ JOURNAL_COUNTERS = ("shipper_journal_gaps_total", "shipper_journal_entries_lost_
 
 
 class Histogram:
-    """Per-bucket counts (not cumulative: one increment per observation, found by bisection);
-    cumulated when a scrape renders them."""
+    """Per-bucket counts (one increment per observation, found by bisection), cumulated at a scrape."""
 
     __slots__ = ("buckets", "counts", "sum", "count")
 
@@ -179,8 +179,7 @@ class Metrics:
         self.gauges[(name, tuple(sorted(labels.items())) if labels else ())] = value
 
     def clear_gauge(self, name: str) -> None:
-        for k in [k for k in self.gauges if k[0] == name]:
-            del self.gauges[k]
+        self.gauges = {k: v for k, v in self.gauges.items() if k[0] != name}
 
     def series(self, name: str) -> list[tuple[dict[str, str], float]]:
         """Every labelled series of a counter: (labels, value)."""
@@ -191,8 +190,7 @@ class Metrics:
         return self.counters.get(key, self.gauges.get(key, 0))
 
     def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
-        """(body, Content-Type) for a scrape: OpenMetrics when the Accept header asks for it, else
-        the Prometheus text format 0.0.4."""
+        """(body, Content-Type) for a scrape: OpenMetrics when Accept asks for it, else Prometheus text 0.0.4."""
         from prometheus_client.exposition import choose_encoder
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
@@ -209,8 +207,7 @@ def _le(bound: float) -> str:
 
 
 def families(counters: dict[Any, float], gauges: dict[Any, float], hist: dict[str, Histogram]) -> list[Metric]:
-    """The samples as prometheus_client metric families (pure), sorted by name; every family of
-    HELP is described even before its first sample. A name outside HELP is `unknown`."""
+    """The samples as prometheus_client families (pure, by name): all of HELP, even unsampled; others `unknown`."""
     from prometheus_client.metrics_core import Metric
     fams = families_table()
     rows: dict[str, list[tuple[str, dict[str, str], float]]] = {name: [] for name in fams}
@@ -371,6 +368,9 @@ class TelemetryEvents(Events):
         if self.clock.monotonic() - self._spill_logged_at >= 60:      # a line a minute at most (the metric counts all)
             self._spill_logged_at = self.clock.monotonic()
             log.info("events in flight written to the queue", extra={"reason": reason, "events": events})
+
+    def merged(self, batches: int, events: int) -> None:
+        self.m.inc("shipper_batches_merged_total", batches)
 
     def backpressure(self, paused: bool, queue_bytes: int) -> None:
         if paused:

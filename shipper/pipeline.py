@@ -64,7 +64,7 @@ class Pipeline:
                                    gzip=out.compression == "gzip", wake=self.wake, keeper=self.keeper)
         self.keeper.writer = self.writer
         self.delivery = Delivery(self.outbox, sender, spool, self.disk, events, clock, self._all_handed_over,
-                                 self.keeper)
+                                 self.keeper, max_events=out.bulk_max_events, max_bytes=out.bulk_max_bytes)
         self.delivery.on_ack = self._on_ack
         self.control = DeadLetterControl(
             cfg.state_dir, spool, self.disk, events, clock,

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from shipper.events import Events
 from shipper.model import BatchMeta
+from shipper.ship.merge import take_count
 
 BODY_CACHE_BYTES = 8 * 1024 * 1024    # batch bodies kept in memory for the senders; beyond: re-read
 RESUME_FRACTION = 0.75        # paused reading resumes when the queue is below this share of max_bytes
@@ -137,6 +138,18 @@ class Outbox:
             self.cached_bytes -= len(body)
         self.in_flight += 1
         return meta, body
+
+    def take_group(self, max_events: int, max_bytes: int) -> list[tuple[BatchMeta, bytes | None]]:
+        """The next batch and those behind it that fit with it in one request (`merge.take_count`):
+        several only when several wait, which is when every slot was busy (behind). One request
+        slot until `done`; each batch is acked on its own."""
+        n = take_count((meta for meta, _ in self._waiting), max_events, max_bytes)
+        group = [self._waiting.popleft() for _ in range(n)]
+        for meta, body in group:
+            if body is not None and meta.seq > 0:
+                self.cached_bytes -= len(body)
+        self.in_flight += 1
+        return group
 
     def done(self) -> None:
         self.in_flight -= 1

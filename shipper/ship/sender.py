@@ -58,6 +58,7 @@ class Sender:
         self._episodes: dict[str, str] = {}   # host -> the fault kind logged for it (":quiet": not logged)
         self._overload_logged: dict[str, float] = {}
         self._failure_store = bulkproto.Tally(FAILURE_STORE_LOG_EVERY_S)
+        self.too_large = 0            # requests answered 413 (too large: split), for the merge rule's cap
 
     # ------------------------------------------------------------------ request slots
 
@@ -70,10 +71,21 @@ class Sender:
         """The most requests that were in flight at once."""
         return self.slots.peak_in_flight
 
-    async def post(self, attempt: Attempt) -> Reply | TransportError:
-        """One bulk request under the gate and the limit: the answer, or the transport failure."""
+    async def reserve(self) -> int:
+        """A request slot taken before its batches are (delivery.py): whatever waits when it is
+        given goes in that request. Pass it to `deliver_items`, or give it back with `unreserve`."""
+        return await self.slots.acquire()
+
+    def unreserve(self, token: int) -> None:
+        """A slot reserved and not used: no request went, so no round trip is counted."""
+        self.slots.cancel(token)
+
+    async def post(self, attempt: Attempt, token: int | None = None, retry: bool = False) -> Reply | TransportError:
+        """One bulk request under the gate and the limit (in the slot `token` when one was
+        reserved; a `retry` goes before new requests): the answer, or the transport failure."""
         slots = self.slots
-        token = await slots.acquire()
+        if token is None:
+            token = await slots.acquire(urgent=retry)
         t0 = self.clock.monotonic()
         try:
             reply = await self.client.post_bulk(attempt.body, attempt.gzipped)
@@ -99,16 +111,35 @@ class Sender:
         and a single document rejected that way is dead. Everything else is retried: nothing is
         dropped because the destination is down, slow, overloaded, unauthorised or blocked.
         """
-        dead: list[DeadLetter] = []
+        return [d for _, d in await self.deliver_items(attempt)]
+
+    async def deliver_items(self, attempt: Attempt, token: int | None = None) -> list[tuple[int, DeadLetter]]:
+        """`deliver`, each dead letter with its document's position in `attempt` (from 0): a request
+        that joined several records (ship/merge.py) gives each record back its own. `token`: a
+        slot reserved for the first request (`reserve`); it is released whatever happens."""
+        try:
+            return await self._deliver(attempt, None, token, False)
+        except BaseException:
+            if token is not None and token in self.slots.starts:
+                self.unreserve(token)        # cancelled before the first request took it
+            raise
+
+    async def _deliver(self, attempt: Attempt, at: list[int] | None, token: int | None,
+                       retry: bool) -> list[tuple[int, DeadLetter]]:
+        # `at[i]`: the position in the first attempt of the i-th document of this one (None: i)
+        dead: list[tuple[int, DeadLetter]] = []
         pending: list[bytes] | None = None        # the documents, split once anything but full success happened
         item_attempts = 0
         while True:
-            res = await self.post(attempt)
+            res = await self.post(attempt, token, retry)
+            token, retry = None, True
             if isinstance(res, TransportError):
                 self._transport_failed(res)
                 continue
             reply = res
             verdict = bulkproto.judge(reply.status, reply.answer, attempt.count)
+            if at is None:
+                at = list(range(attempt.count))
             if verdict.kind == "items":
                 assert reply.answer is not None
                 outcome = bulkproto.classify(reply.answer, attempt.count)
@@ -123,12 +154,13 @@ class Sender:
                 if pending is None:
                     pending = _pairs(attempt)
                 for i, status, reason in outcome.dead:
-                    dead.append(dead_letter(pending[i], status, reason, self.clock.time()))
+                    dead.append((at[i], dead_letter(pending[i], status, reason, self.clock.time())))
                 if not outcome.retry:
                     self._answered(reply, blocked=None)
                     return dead
                 self._answered(reply, blocked=outcome.first_error if outcome.blocked else None)
                 pending = [pending[i] for i in outcome.retry]
+                at = [at[i] for i in outcome.retry]
                 item_attempts += 1
                 if outcome.pushback:
                     self.slots.pushback()
@@ -142,11 +174,14 @@ class Sender:
                 if pending is None:
                     pending = _pairs(attempt)
                 if verdict.kind == "dead" or len(pending) == 1:
-                    dead.extend(dead_letter(p, reply.status, verdict.reason, self.clock.time()) for p in pending)
+                    now = self.clock.time()
+                    dead.extend((at[i], dead_letter(p, reply.status, verdict.reason, now)) for i, p in enumerate(pending))
                     return dead
+                if reply.status == 413:
+                    self.too_large += 1
                 mid = len(pending) // 2
-                for half in (pending[:mid], pending[mid:]):
-                    dead.extend(await self.deliver(await self.encode(half)))
+                for half, where in ((pending[:mid], at[:mid]), (pending[mid:], at[mid:])):
+                    dead.extend(await self._deliver(await self.encode(half), where, None, True))
                 return dead
             self._request_failed(reply, verdict)
 

@@ -26,16 +26,29 @@ class RequestSlots:
         self.gate = gate
         self._freed = asyncio.Event()  # set (and replaced) when a request ends: the waiting ones look again
         self._waiting = 0             # requests ready to go, held back by the limit
+        self._urgent = 0              # retries waiting for a slot: they go before any new request
         self.starts: dict[int, float] = {}
         self._tokens = 0
         self.probe: int | None = None
         self.last_transport_failure = float("-inf")
         self.peak_in_flight = 0
 
-    async def acquire(self) -> int:
+    async def acquire(self, urgent: bool = False) -> int:
         """Wait for the gate, then for a slot under the adaptive limit, or for the moment every
         request in flight is stalled and one probe may go beside them (`AdaptiveLimit.probe_in`).
-        Returns the request's token for `release`."""
+        `urgent`: a retry, whose documents are older than anything not yet sent; no other request
+        takes a slot while one waits (after an outage the oldest batch goes first, not after the
+        queue's newer ones). Returns the request's token for `release`."""
+        if urgent:
+            self._urgent += 1
+        try:
+            return await self._acquire(urgent)
+        finally:
+            if urgent:
+                self._urgent -= 1
+                self._wake()         # the others may take the slots left
+
+    async def _acquire(self, urgent: bool) -> int:
         while True:
             now = self.clock.monotonic()
             wait = self.gate(now)
@@ -43,6 +56,13 @@ class RequestSlots:
                 await self.clock.sleep(wait)
                 continue
             probe = False
+            if not urgent and self._urgent:
+                self._waiting += 1
+                try:
+                    await self._freed.wait()
+                finally:
+                    self._waiting -= 1
+                continue
             if not self.limit.can_start():
                 after = self.limit.probe_in(self.starts.values(), self.probe is not None,
                                             self.last_transport_failure, now, self.timeout_s)
@@ -75,6 +95,16 @@ class RequestSlots:
         if self.probe == token:
             self.probe = None
         self.limit.finished(self.clock.monotonic(), rtt_s, pushback, self._waiting > 0)
+        self._wake()
+
+    def cancel(self, token: int) -> None:
+        """A slot acquired and not used (its sender found nothing left to send): given back as if
+        never taken, with no round trip for the adaptive limit."""
+        if self.starts.pop(token, None) is None:
+            return
+        if self.probe == token:
+            self.probe = None
+        self.limit.in_flight = max(0, self.limit.in_flight - 1)
         self._wake()
 
     def pushback(self) -> None:

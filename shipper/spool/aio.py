@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from shipper.clock import Clock
+from shipper.codec import join_bodies
 from shipper.model import BatchMeta, Checkpoint, DeadLetter
 from shipper.spool.contents import SpoolContents
 from shipper.spool.made import Bodies, BodiesOrMaker, Made, make_bodies
@@ -294,6 +295,23 @@ class AsyncSpool:
 
     async def read(self, seq: int) -> bytes | None:
         return await self._call(self._spool.read, seq)
+
+    async def joined(self, bodies: Sequence[bytes | int], gzipped: bool) -> tuple[bytes, list[int]]:
+        """Several batches as one request's body (`codec.join_bodies`), on the spool thread, the one
+        that compresses: a body given, or a seq whose stored body is read here. Also the seqs the
+        spool no longer holds (left out of the body)."""
+        return await self._call(self._join, bodies, gzipped)
+
+    def _join(self, bodies: Sequence[bytes | int], gzipped: bool) -> tuple[bytes, list[int]]:
+        found: list[bytes] = []
+        missing: list[int] = []
+        for b in bodies:
+            body = self._spool.read(b) if isinstance(b, int) else b
+            if body is not None:
+                found.append(body)
+            elif isinstance(b, int):
+                missing.append(b)
+        return join_bodies(found, gzipped), missing
 
     def ack_soon(self, seq: int) -> None:
         """The batch was delivered whole: it leaves with the next commit's transaction, or on its
