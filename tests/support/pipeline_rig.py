@@ -210,6 +210,7 @@ class Rig:
         """Stop reading (final commit), close the files, and start a new pipeline on the same spool."""
         await self.p.stop_reading()
         await self.collect()
+        await self.flush_checkpoints()      # a stop writes them whatever the keeper's timer (Keeper.settle)
         self.p.close_files()
         await self.p.client.close()
         await self.spool.flush()

@@ -69,11 +69,13 @@ def rotate(
     delaycompress: bool = False,
     create: bool = True,
     after_copy: Callable[[], None] | None = None,
+    compressor: Callable[[Path, Path], None] = gzip_file,
 ) -> None:
     """One forced rotation of `path` as logrotate does it with `rotate keep` and these options.
 
     `create=False` is logrotate's `nocreate` (only for mode create). `after_copy` runs between
-    copytruncate's copy and its truncate (to write into logrotate's loss window).
+    copytruncate's copy and its truncate (to write into logrotate's loss window). `compressor(src,
+    dst)` does gzip's part (default `gzip_file`; a test may do it step by step later).
     """
     if keep < 1:
         raise ValueError("keep must be at least 1")
@@ -82,7 +84,7 @@ def rotate(
     if compress and delaycompress:
         prev = _rotated(p, 1, gz=False)
         if prev.exists():
-            gzip_file(prev, _rotated(p, 1, gz=True))
+            compressor(prev, _rotated(p, 1, gz=True))
     # Shift oldest first; the one shifted past `keep` is unlinked only at the end, as logrotate does.
     for i in range(keep, 0, -1):
         src = _rotated(p, i, gz=compress)
@@ -104,7 +106,7 @@ def rotate(
     else:
         raise ValueError(f"unknown rotation mode {mode!r}")
     if compress and not delaycompress:
-        gzip_file(first, _rotated(p, 1, gz=True))
+        compressor(first, _rotated(p, 1, gz=True))
     excess = _rotated(p, keep + 1, gz=compress)
     if excess.exists():
         os.unlink(excess)
