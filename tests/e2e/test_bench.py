@@ -203,3 +203,15 @@ def test_the_sink_keeps_large_bodies_in_its_heap() -> None:
     assert runs["held"][0] is True
     assert runs["default"][1] >= 20 * 50, runs        # glibc's default: ~150 page faults per body here
     assert runs["held"][1] < 100, runs                # held in the heap: the pages are reused
+
+
+def test_slow_destination_py_delivers_everything_through_a_delayed_sink(tmp_path: Path) -> None:
+    out = tmp_path / "slow.json"
+    p = _bench("slow_destination.py", "--rate", "200", "--duration", "2", "--sink-latency-ms", "300",
+               "--drain-timeout", "30", "--json", str(out))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    [r] = json.loads(out.read_text())
+    assert r["written"] == 400 and r["docs"] == r["written"] and r["drain_s"] is not None, r
+    assert r["requests"] >= 1 and r["cpu_s"] > 0, r
+    p = _bench("slow_destination.py", "--join-cost")
+    assert p.returncode == 0 and "join us/KiB" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
