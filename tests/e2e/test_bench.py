@@ -86,6 +86,15 @@ def test_cold_py_prints_every_call_at_every_gap() -> None:
     assert all(r.count("|") == 4 for r in rows), p.stdout
 
 
+def test_watch_trees_py_counts_the_watches_of_each_tree() -> None:
+    p = subprocess.run([sys.executable, "bench/watch_trees.py", "--deep", "20", "--wide", "300"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    rows = [line.split(" | ") for line in p.stdout.splitlines() if line.startswith(("| deep", "| wide"))]
+    # deep: the base and the 8 levels a ** reaches; wide: the base, the tree moved in, its 300 directories
+    assert [(r[0], r[1]) for r in rows] == [("| deep 20", "9"), ("| wide 300", "302")], p.stdout
+
+
 def test_latency_py_measures_a_short_steady_rate(tmp_path: Path) -> None:
     out = tmp_path / "latency.json"
     p = _bench("latency.py", "--scenarios", "custom", "--rate", "200", "--interval-ms", "10", "--duration", "1.5",
