@@ -11,9 +11,11 @@ matching of each glob's directory prefixes (scan.py, the rescan's truth)."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -274,3 +276,51 @@ async def test_names_made_and_gone_before_the_rescan_leave_the_watcher_complete(
         assert watched(w) == {str(tmp_path), str(tmp_path / "kept")} and kernel_watches(w) == 2
     finally:
         await asyncio.to_thread(w.stop)
+
+
+@needs_root
+def test_a_directory_swapped_for_a_link_meanwhile_is_never_watched_through_it(open_tmp: Path) -> None:
+    """While `nobody` swaps a directory under the glob with a link of theirs into a root-only
+    directory (RENAME_EXCHANGE, again and again), walk after walk never watches the root-only
+    directory: what is watched is what was opened without following a link, never a path looked
+    at before (the kernel's fdinfo lists each watch's inode)."""
+    logs = nobodys_dir(open_tmp)
+    secret = open_tmp / "root-only"
+    secret.mkdir(mode=0o700)
+    spare = open_tmp / "spare"
+    spare.mkdir()
+    (logs / "d").mkdir()
+    os.chown(logs / "d", NOBODY, NOBODY)
+    os.symlink(secret, spare / "d")
+    os.lchown(spare / "d", NOBODY, NOBODY)
+    a, b = os.fsencode(logs / "d"), os.fsencode(spare / "d")
+    libc = ctypes.CDLL(None, use_errno=True)
+    stop = threading.Event()
+    swaps = 0
+
+    def swapper() -> None:
+        nonlocal swaps
+        while not stop.is_set():
+            if libc.renameat2(-100, a, -100, b, 2) != 0:       # AT_FDCWD, RENAME_EXCHANGE
+                raise OSError(ctypes.get_errno(), "renameat2")
+            swaps += 1
+
+    t = threading.Thread(target=swapper, daemon=True)
+    t.start()
+    secret_ino = f"ino:{os.stat(secret).st_ino:x} "
+    try:
+        for _ in range(300):
+            loop = asyncio.new_event_loop()
+            w = watch.InotifyWatcher(loop, asyncio.Event(), inotify.init())
+            try:
+                w.watch([InputConfig(paths=(f"{logs}/*/*.log",))])
+                with open(f"/proc/self/fdinfo/{w._fd}") as f:
+                    inos = [line for line in f if line.startswith("inotify wd:")]
+                assert not any(secret_ino in line for line in inos), inos
+            finally:
+                loop.close()
+                w.stop()
+    finally:
+        stop.set()
+        t.join()
+    assert swaps > 300
