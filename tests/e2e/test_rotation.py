@@ -265,6 +265,32 @@ def test_checkpoints_of_removed_files_are_cleaned(tmp_path: Path, es: ES, osmem_
 
 # ---------------------------------------------------------------- kill -9 while rotating
 
+def test_a_file_opened_empty_is_known_in_its_gz_after_a_kill9(tmp_path: Path, es: ES, osmem_clone: Any,
+                                                              daemon_factory: Any) -> None:
+    """logrotate `create` makes app.log empty and shipper opens it before the app writes: its
+    incarnation's start is stored with an empty file's fingerprint, which names nothing. The app
+    writes 300 lines, they are acked, and shipper is killed before the keeper writes the checkpoint
+    the acks moved (10 s at this rate). logrotate compresses the file while shipper is down. At the
+    restart the .gz must be known as that incarnation by its first bytes, not shipped again as a
+    file no one saw (300 lines twice before the incarnation was stored with its first bytes)."""
+    logs = setup_logs(tmp_path)
+    log = logs / "app.log"
+    write_lines(log, range(50))
+    d = daemon_factory(config(tmp_path, osmem_clone.url, [log])).wait_ready()
+    wait_count(es, 50, d)
+    logrotate(tmp_path, log, rotate=10, compress=True)
+    ino = log.stat().st_ino
+    wait_until(lambda: any("file opened" in ln and f'"inode":{ino},' in ln for ln in d.output().splitlines()),
+               lambda: f"the daemon to open the new, empty app.log (inode {ino})\n{d.tail(20)}")
+    write_lines(log, range(50, 350))
+    wait_count(es, 350, d)
+    d.kill9()
+    logrotate(tmp_path, log, rotate=10, compress=True)
+    d.start().wait_ready()
+    write_lines(log, range(350, 360))            # a later point: the restart's looks are done once these are in
+    finish(es, d, list(range(360)))
+
+
 @pytest.mark.parametrize("mode", ["create", "copytruncate", "delaycompress", "compress"])
 def test_kill9_while_rotating_in_every_mode(tmp_path: Path, es: ES, osmem_clone: Any, daemon_factory: Any,
                                             mode: str) -> None:
