@@ -18,6 +18,7 @@ from shipper.spool.headroom import Headroom
 # The WAL is checkpointed and truncated once it holds more than this (`Writes._bound_wal`): with the
 # full-disk reserve (at most 2 MiB) it is most of the state dir's 8 MiB beside the queue (SPEC).
 WAL_MAX_BYTES = 2 * 1024 * 1024
+WAL_LOOK_BYTES = WAL_MAX_BYTES // 4    # written between two looks at the WAL's size (a stat)
 
 T = TypeVar("T")
 
@@ -111,26 +112,30 @@ class Writes:
             raise
         if self.headroom is not None and nbytes:
             self._unlooked += nbytes
-            if self._unlooked >= WAL_MAX_BYTES // 2:
-                self._unlooked = 0
-                self._bound_wal()
+            if self._unlooked >= WAL_LOOK_BYTES:
+                # refused (the checkpointer thread's passive checkpoint holds the checkpoint lock, a
+                # reader's snapshot): looked at again after the next write, not WAL_LOOK_BYTES later
+                self._unlooked = 0 if self._bound_wal() else WAL_LOOK_BYTES
         return out
 
-    def _bound_wal(self) -> None:
+    def _bound_wal(self) -> bool:
         """Past WAL_MAX_BYTES, checkpoint the WAL and truncate it, here on the one writer's thread
         between two transactions. The checkpointer thread's passive checkpoints never restart a WAL
         that a writer without pause keeps appending to: it grew by every byte spooled (13 MB in a
         2 s drain of a 1 MiB queue), past SPEC's bound of the state dir (queue.max_bytes plus 8 MiB
         of everything else). Only then does a commit wait for a checkpoint (a full disk: the
-        checkpointer thread's retries go on)."""
+        checkpointer thread's retries go on).
+        True when the WAL is within its bound or was truncated; False when the checkpoint was
+        refused (SQLite answers busy while another checkpoint runs) or failed."""
         try:
             if os.path.getsize(self.db_path + "-wal") <= WAL_MAX_BYTES:
-                return
+                return True
             if self._ckpt is None:
                 self._ckpt = sqlite3.connect(self.db_path, timeout=60, isolation_level=None, check_same_thread=False)
-            self._ckpt.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            row = self._ckpt.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         except (OSError, sqlite3.Error):
-            pass
+            return False
+        return row is not None and row[0] == 0
 
     def close(self) -> None:
         if self._ckpt is not None:
