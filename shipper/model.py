@@ -57,6 +57,10 @@ class Checkpoint:
     # the file's owner when the incarnation was first opened: its rotated copies must be owned by
     # the same user or by root (SPEC, Trust boundaries). None: not known (a journal, an older state)
     uid: int | None = None
+    # end offsets above `offset` where a multiline event was completed by time (its timeout, the
+    # file's end, a stop), not by its bytes: a re-read from `offset` cuts there too, so every event
+    # gets the `_id` and text it was sent with (parse/multiline.py). Ascending; empty for most files
+    cuts: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = {"incarnation": self.incarnation, "path": self.path, "dev": self.dev, "inode": self.inode,
@@ -66,13 +70,22 @@ class Checkpoint:
             d["cursor"] = self.cursor
         if self.uid is not None:
             d["uid"] = self.uid
+        if self.cuts:
+            d["cuts"] = list(self.cuts)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Checkpoint:
         return cls(d["incarnation"], d["path"], d["dev"], d["inode"], d["fp_len"], d["fp"], d["offset"],
                    d.get("size", 0), d.get("updated", 0.0), d.get("finished", False), d.get("cursor"),
-                   d.get("uid") if isinstance(d.get("uid"), int) else None)
+                   d.get("uid") if isinstance(d.get("uid"), int) else None, _cuts(d.get("cuts")))
+
+
+def _cuts(value: Any) -> tuple[int, ...]:
+    """A stored `cuts` list: its integer offsets, ascending (anything else in it names no cut)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(sorted({c for c in value if isinstance(c, int) and not isinstance(c, bool) and c >= 0}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ class ContainerJoiner:
         self._ml_args = (multiline_start, multiline_max_lines, multiline_timeout_s)
         self._ml: dict[str, MultilineAggregator] | None = {} if multiline_start else None
         self._ml_meta: dict[str, deque[tuple[int, str, dict[str, Any] | None]]] = {}
+        self._replay: tuple[int, ...] = ()         # recorded cuts, for every stream's aggregator
         self._spans: list[tuple[int, int]] = []    # (start, end) of emitted records, while anything is held
         self._guard: int | None = None            # start of a record whose last piece was cut (see _emit)
         self._cut_at: int | None = None           # start of the last line fed, when the splitter cut it
@@ -174,6 +175,15 @@ class ContainerJoiner:
         for ln in tail:
             recs.extend(self.feed(ln, now))
         return [], recs + self.flush()
+
+    def replay(self, cuts: list[int] | tuple[int, ...]) -> None:
+        """Cuts name an event's end offset, so each stream's aggregator takes them all."""
+        self._replay = tuple(cuts)
+        for agg in (self._ml or {}).values():
+            agg.replay(cuts)
+
+    def take_cuts(self) -> list[int]:
+        return [c for agg in self._ml.values() for c in agg.take_cuts()] if self._ml else []
 
     def flush_due(self, now: float) -> list[ContainerEvent]:
         """Multiline events whose last line is at least the timeout old."""
@@ -275,6 +285,8 @@ class ContainerJoiner:
         if agg is None:
             start_re, max_lines, timeout_s = self._ml_args
             agg = ml[stream] = MultilineAggregator(start_re or "", max_lines, timeout_s)
+            if self._replay:
+                agg.replay(self._replay)
             self._ml_meta[stream] = deque()
         self._ml_meta[stream].append((joined[0], t, attrs))
         for ev in agg.feed(joined, now):
@@ -348,10 +360,17 @@ def joiner_for(inp: InputConfig) -> ContainerJoiner:
     return ContainerJoiner(fmt, inp.max_line_bytes, m.start, m.max_lines, m.timeout_s)
 
 
-def holder_for(inp: InputConfig) -> ContainerJoiner | MultilineAggregator | None:
+def holder_for(inp: InputConfig, cuts: list[int] | tuple[int, ...] = ()) -> ContainerJoiner | MultilineAggregator | None:
     """What holds a file's lines of this input until they are events: the joiner of a container
-    format, multiline, or nothing (format auto gets its joiner when a file shows a record)."""
+    format, multiline, or nothing (format auto gets its joiner when a file shows a record).
+    `cuts`: where an earlier read of the file completed events by time, above where this one
+    begins (`Checkpoint.cuts`): this read cuts there too."""
+    h: ContainerJoiner | MultilineAggregator | None
     if inp.format == "docker" or inp.format == "cri":
-        return joiner_for(inp)
-    m = inp.multiline
-    return None if m is None else MultilineAggregator(m.start, m.max_lines, m.timeout_s)
+        h = joiner_for(inp)
+    else:
+        m = inp.multiline
+        h = None if m is None else MultilineAggregator(m.start, m.max_lines, m.timeout_s)
+    if h is not None and cuts:
+        h.replay(cuts)
+    return h

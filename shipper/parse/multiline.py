@@ -21,6 +21,14 @@ class MultilineAggregator:
     of the regex is used (same answer, faster), except that there `\\s` does not match the
     rarely seen separator controls \\x1c-\\x1f.
 
+    Cuts (issue 41: no line lost across a kill -9): an event completed by its timeout (or by the
+    file's end, or a stop) ends where it ends only because of when its lines came. Its end offset
+    goes to `made_cuts`; the reader records it with the checkpoint (`Checkpoint.cuts`) before the
+    event goes out. After a restart the file is read again from the checkpoint with those offsets
+    given to `replay`: a held event whose last line ends at a recorded cut is complete at once, so
+    the re-read groups exactly as the first read (same `_id`s, same texts), with no wait.
+    A cut names an event's end, so it holds per stream too (the container joiner's aggregators). A cut by a start line or a cap is in the bytes and needs no record.
+
     Rules: a line matching `start` begins an event; any other line joins the pending one (or
     begins one when nothing is pending). Blank lines inside an event are kept, trailing ones are
     trimmed from its text (their bytes still count in its end offset), and a blank line with
@@ -49,6 +57,8 @@ class MultilineAggregator:
         self._flags = 0
         self._bytes = 0
         self._last_time = 0.0        # when its last line was fed
+        self._replay: set[int] = set()  # recorded cuts: the end offsets of events completed by time
+        self.made_cuts: list[int] = []  # cuts this read made by time (the reader records and clears them)
 
     @property
     def pending_start(self) -> int | None:
@@ -60,12 +70,24 @@ class MultilineAggregator:
         """When `flush_due` will complete the held event (same time base as `now`)."""
         return self._last_time + self.timeout_s if self._parts else None
 
+    def replay(self, cuts: list[int] | tuple[int, ...]) -> None:
+        """Offsets where the first read cut events by time (`Checkpoint.cuts` above where this
+        read begins): this read cuts there too."""
+        self._replay = set(cuts)
+
     def feed(self, line: Line, now: float) -> list[Line]:
         """Take the next line of the file; return the events it completes (oldest first)."""
+        out = self._feed(line, now)
+        if self._replay and self._parts and self._last_end in self._replay:
+            self._replay.discard(self._last_end)
+            out.append(self._complete(0))      # the first read cut it here: it goes now, whole
+        return out
+
+    def _feed(self, line: Line, now: float) -> list[Line]:
         start, end, data, flags = line
         out: list[Line] = []
         if self._parts and now - self._last_time >= self.timeout_s:
-            out.append(self._complete(0))  # as if flush_due had run on time
+            out.append(self._cut())            # as if flush_due had run on time
         parts = self._parts
         if not parts:
             if not data.strip(_BLANK):
@@ -78,7 +100,8 @@ class MultilineAggregator:
             return out
         if len(parts) >= self.max_lines or self._bytes + 1 + len(data) > self.max_bytes:
             out.append(self._complete(FLAG_MULTILINE_CAPPED))
-            self._begin(start, end, data, flags, now, FLAG_MULTILINE_CAPPED)
+            if data.strip(_BLANK):      # a blank line begins no event (nor would it on a re-read from here)
+                self._begin(start, end, data, flags, now, FLAG_MULTILINE_CAPPED)
             return out
         parts.append(data)
         self._bytes += 1 + len(data)
@@ -90,13 +113,13 @@ class MultilineAggregator:
     def flush_due(self, now: float) -> list[Line]:
         """Complete the held event if its last line is at least `timeout_s` old."""
         if self._parts and now - self._last_time >= self.timeout_s:
-            return [self._complete(0)]
+            return [self._cut()]
         return []
 
     def flush(self) -> list[Line]:
         """Complete whatever is held (end of file for good, shutdown)."""
         if self._parts:
-            return [self._complete(0)]
+            return [self._cut()]
         return []
 
     # ------------------------------------------------------------ as a file's holder (tail/fileset.Holder)
@@ -118,6 +141,11 @@ class MultilineAggregator:
         evs, _ = self.hold(tail, now)
         return evs + self.flush(), []
 
+    def take_cuts(self) -> list[int]:
+        """The cuts made by time since the last call (`made_cuts`), for the reader to record."""
+        made, self.made_cuts = self.made_cuts, []
+        return made
+
     # ------------------------------------------------------------ internals
 
     def _is_start(self, data: bytes) -> bool:
@@ -135,6 +163,11 @@ class MultilineAggregator:
         self._flags = flags | extra_flags
         self._bytes = len(data)
         self._last_time = now
+
+    def _cut(self) -> Line:
+        """The held event completed by time, not by the bytes: where it ends is a cut to record."""
+        self.made_cuts.append(self._last_end)
+        return self._complete(0)
 
     def _complete(self, extra_flags: int) -> Line:
         parts = self._parts

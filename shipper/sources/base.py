@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from shipper.config import InputConfig
@@ -14,6 +14,12 @@ from shipper.events import Events
 from shipper.model import Checkpoint, Draft, FileStatus, JournalStatus
 from shipper.parse.document import DocBuilder
 from shipper.sources.journald.cursor import journal_key
+
+
+class CutMaker(Protocol):
+    """What holds a file's lines (tail/fileset.Holder), as far as its cuts go."""
+
+    def take_cuts(self) -> list[int]: ...
 
 
 class Drafts(Protocol):
@@ -156,3 +162,15 @@ class DropCounter:
         if self.builder.dropped:
             for reason, n in self.builder.take_dropped().items():
                 self.events.events_dropped(self.label, reason, n)
+
+
+def record_cuts(holder: CutMaker, cp: Checkpoint, writer: Drafts) -> None:
+    """Events the holder completed by time (parse/multiline.py): their end offsets join the live
+    checkpoint's cuts, stored before any draft holding those events goes out from memory
+    (`must_store`: a record at offset 0, which moves no stored offset, spool/carried.merge_cuts).
+    A re-read after a kill -9 cuts where this read did: the same `_id`s hold the same lines, and a
+    continuation written after the timeout stays an event of its own."""
+    made = holder.take_cuts()
+    if made:
+        cp.cuts = tuple(sorted({*cp.cuts, *made}))
+        writer.must_store(replace(cp, offset=0))

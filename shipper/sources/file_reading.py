@@ -17,7 +17,7 @@ from shipper.model import Checkpoint, Line, SplitBuild
 from shipper.parse.container import ContainerEvent, is_container_record, physical_max_line_bytes
 from shipper.parse.container_join import ContainerJoiner, holder_for, joiner_for
 from shipper.parse.document import DocBuilder
-from shipper.sources.base import Drafts, DropCounter, Progress, Room, input_label
+from shipper.sources.base import Drafts, DropCounter, Progress, Room, input_label, record_cuts
 from shipper.tail import identity, look
 from shipper.tail.catalog import Catalog
 from shipper.tail.fileset import FileSet, Holder, Key, OpenFile, Parked, disk_stat
@@ -85,7 +85,9 @@ class FileReader:
             else inp.max_line_bytes
         h = Harvester(path, fd, st, cp, cap, self.clock.monotonic(),  # type: ignore[arg-type]
                       start_offset=start, gz=gz, size_hint=size_hint)
-        return OpenFile(h, idx, self.holder(idx), "copy" if role == "copy" else "live")
+        at = cp.offset if start is None else start
+        holder = holder_for(inp, [c for c in cp.cuts if c > at])
+        return OpenFile(h, idx, holder, "copy" if role == "copy" else "live")
 
     # ---------------------------------------------------------------- reading
 
@@ -194,11 +196,15 @@ class FileReader:
             self.read_total += len(lines) + len(records or ())
         if nread and not grouped:
             self.events.lines_read(cp.path, nread, 0)
+        if f.holder is not None:
+            record_cuts(f.holder, cp, self.writer)
         new_off = f.committed_offset()
         if new_off != cp.offset or cp.incarnation not in draft.checkpoints or grouped:
             self.moves += 1
             draft.cover(cp.incarnation, cp.offset, new_off)
             start, cp.offset = cp.offset, new_off
+            if cp.cuts and cp.cuts[0] <= new_off:
+                cp.cuts = tuple(c for c in cp.cuts if c > new_off)
             if not grouped:
                 cp.size = f.harvester.size
                 if f.role == "live":

@@ -10,6 +10,18 @@ from typing import Any
 from shipper.model import Checkpoint
 
 
+def merge_cuts(held: Checkpoint | None, cp: Checkpoint) -> tuple[int, list[int]]:
+    """The offset and cuts to store when `cp` is written over `held`. A copy carrying cuts may be
+    the record of a cut (`Keeper.unstored`: offset 0, written before acks may move the checkpoint
+    past it): it never takes the offset back, which would also re-read events whose cuts were
+    pruned. Cuts are kept from both (a copy planned before a cut was made does not forget it)
+    while above the offset."""
+    if held is None:
+        return cp.offset, [c for c in cp.cuts if c > cp.offset]
+    offset = max(held.offset, cp.offset) if cp.cuts else cp.offset
+    return offset, sorted({c for c in (*held.cuts, *cp.cuts) if c > offset})
+
+
 class CheckpointBook:
     """The checkpoints as the spool holds them. `carries`: seq -> the checkpoints its row holds;
     `carrier`: incarnation -> the seq whose row holds its newest checkpoint (absent: its own row);
@@ -33,6 +45,10 @@ class CheckpointBook:
                 # an incarnation's first bytes never change: its fingerprint only grows. A copy taken
                 # before it grew (a draft planned after a newer record) does not take it back
                 d["fp_len"], d["fp"] = held.fp_len, held.fp
+            if cp.cuts or (held is not None and held.cuts):
+                d["offset"], d["cuts"] = merge_cuts(held, cp)
+                if not d["cuts"]:
+                    del d["cuts"]
             out[cp.incarnation] = d
         return out
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from shipper.clock import Clock
@@ -148,7 +148,12 @@ class Keeper:
 
     def unstored(self, cp: Checkpoint) -> None:
         """A new incarnation, at its start: its _ids are built from it, so it must be in the state
-        dir before any of its events go out from memory (`to_store`)."""
+        dir before any of its events go out from memory (`to_store`). Also a multiline cut made by
+        time (`Checkpoint.cuts`), at offset 0: stored, it moves no offset (`carried.merge_cuts`);
+        replacing a record not written yet (a new incarnation's start), it keeps that offset."""
+        old = self._unstored.get(cp.incarnation)
+        if old is not None and old.offset > cp.offset:
+            cp = replace(cp, offset=old.offset)
         self._unstored[cp.incarnation] = cp
 
     def to_store(self, draft: Draft) -> list[Checkpoint]:

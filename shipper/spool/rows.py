@@ -174,7 +174,7 @@ def legacy_meta(seq: int, value: Any) -> BatchMeta:
 _CP_FIELDS: dict[str, tuple[type, ...]] = {
     "incarnation": (str,), "path": (str,), "dev": (int,), "inode": (int,), "fp_len": (int,), "fp": (str,),
     "offset": (int,), "size": (int,), "updated": (float, int), "finished": (bool,), "cursor": (str, type(None)),
-    "v": (int,),
+    "v": (int,), "cuts": (list,),
 }
 _CP_REQUIRED = ("incarnation", "path", "dev", "inode", "fp_len", "fp", "offset")
 
@@ -190,6 +190,8 @@ def checkpoint_dict(d: Any) -> dict[str, Any]:
         kinds = _CP_FIELDS.get(k)
         if kinds is not None and not isinstance(v, kinds):
             raise BadRow(f"a checkpoint whose {k!r} is a {type(v).__name__}")
+    if any(type(c) is not int or c < 0 for c in d.get("cuts", ())):
+        raise BadRow("a checkpoint whose 'cuts' are not all offsets")
     return d
 
 

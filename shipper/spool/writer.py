@@ -177,7 +177,12 @@ class DraftWriter:
             made.add_done_callback(_retrieve)
             task: asyncio.Future[None] = asyncio.ensure_future(self._send(draft, did, made, cps))
         else:
-            self.keeper.to_store(draft)       # written with this record: the window plans them now
+            # written with this record: the window plans them now. Not a multiline cut's: the plan
+            # holds an incarnation's checkpoint back while a draft before it is out from memory, and
+            # this record's events must be re-read as they were cut; a record of its own, first
+            cuts = [cp for cp in self.keeper.to_store(draft) if cp.cuts]
+            if cuts:
+                self.flush(cuts).add_done_callback(_retrieve)
             plan = self.keeper.plan()
             turn = self._next_turn()
             # on the spool thread's queue now, behind the drafts before it: the thread goes from one

@@ -38,6 +38,13 @@ class Holder(Protocol):
     def release(self, tail: list[Line], now: float) -> Held:
         """The file will not grow again: `tail` fed, then everything held."""
         ...
+    def replay(self, cuts: list[int] | tuple[int, ...]) -> None:
+        """The end offsets where an earlier read completed events by time (`Checkpoint.cuts`):
+        this read completes them there too (parse/multiline.py)."""
+        ...
+    def take_cuts(self) -> list[int]:
+        """The end offsets of events completed by time since the last call (to be recorded)."""
+        ...
 
 
 @dataclass(slots=True)

@@ -124,6 +124,7 @@ class Rig:
         self._p: Stepped | None = None
         self.build()
         self.docs: dict[str, dict[str, Any]] = {}
+        self.kept: dict[str, dict[str, Any]] = {}   # as Elasticsearch keeps them: the first of an _id (create; 409)
         self.dup_ids: list[str] = []
         # write the checkpoints acks moved at every collect (the keeper's timer does it within
         # CHECKPOINT_EVERY_S..CHECKPOINT_IDLE_S in the daemon); False: as before that timer fired
@@ -182,6 +183,7 @@ class Rig:
                 if doc_id in self.docs:
                     self.dup_ids.append(doc_id)
                 self.docs[doc_id] = orjson.loads(src)
+                self.kept.setdefault(doc_id, self.docs[doc_id])
             if meta.seq < 0:            # sent from memory (queue.spool: when_behind): the keeper's
                 held = await keeper.delivered(meta, [])
             else:

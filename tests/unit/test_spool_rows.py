@@ -4,17 +4,19 @@ that would run code (a global, a call) is refused, whatever its protocol."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import pickletools
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shipper.model import BatchMeta
+from shipper.model import BatchMeta, Checkpoint
 from shipper.spool import rows
 from shipper.spool.disk import Pickled
 from shipper.spool.legacy import NotData, read_pickle
@@ -131,3 +133,38 @@ def test_a_planted_checkpoint_pickle_is_a_bad_row_and_runs_nothing(tmp_path: Pat
     with pytest.raises(rows.BadRow, match="not plain data"):
         rows.unpack_checkpoint(Pickled(pickle.dumps({"incarnation": Marker(str(marker))}, 5)))
     assert not marker.exists() and not os.path.exists(str(marker))
+
+
+def test_a_checkpoints_cuts_read_back_and_a_bad_cut_is_a_bad_row() -> None:
+    cp = Checkpoint("inc", "/var/log/app.log", 1, 2, 10, "ab", 100, cuts=(130, 250))
+    d = rows.checkpoint_dict(orjson.loads(rows.pack_checkpoint(cp.to_dict())))
+    assert Checkpoint.from_dict(d) == cp
+    assert "cuts" not in dataclasses.replace(cp, cuts=()).to_dict()       # most files: nothing more stored
+    for bad in ([1.5], ["130"], [-1], [True], 7):
+        with pytest.raises(rows.BadRow, match="cuts"):
+            rows.checkpoint_dict(dict(cp.to_dict(), cuts=bad))
+
+
+def test_a_cut_record_moves_no_stored_offset_and_cuts_are_kept_above_it() -> None:
+    """A multiline cut is stored by a record at offset 0 (sources/base.record_cuts): it keeps the
+    stored offset; a copy planned before the cut keeps the cut; cuts at or below the offset go."""
+    from shipper.spool.carried import CheckpointBook
+    book = CheckpointBook({}, 0, {}, {})
+    base = Checkpoint("inc", "/var/log/app.log", 1, 2, 10, "ab", 100)
+
+    def write(cp: Checkpoint) -> Checkpoint:
+        stamped = book.stamp([cp])
+        book.remember(stamped, None)
+        return book.checkpoints["inc"]
+
+    assert write(base).offset == 100
+    got = write(dataclasses.replace(base, offset=0, cuts=(130,)))
+    assert (got.offset, got.cuts) == (100, (130,))
+    got = write(dataclasses.replace(base, offset=120))                     # planned before the cut
+    assert (got.offset, got.cuts) == (120, (130,))
+    got = write(dataclasses.replace(base, offset=0, cuts=(130, 200)))
+    assert (got.offset, got.cuts) == (120, (130, 200))
+    got = write(dataclasses.replace(base, offset=130, cuts=(200,)))
+    assert (got.offset, got.cuts) == (130, (200,))
+    got = write(dataclasses.replace(base, offset=260))
+    assert (got.offset, got.cuts) == (260, ())
