@@ -58,6 +58,7 @@ class MultilineAggregator:
         self._bytes = 0
         self._last_time = 0.0        # when its last line was fed
         self._replay: set[int] = set()  # recorded cuts: the end offsets of events completed by time
+        self._replaying = False         # _replay is not empty (one test a line when it is)
         self.made_cuts: list[int] = []  # cuts this read made by time (the reader records and clears them)
 
     @property
@@ -74,16 +75,22 @@ class MultilineAggregator:
         """Offsets where the first read cut events by time (`Checkpoint.cuts` above where this
         read begins): this read cuts there too."""
         self._replay = set(cuts)
+        self._replaying = bool(self._replay)
 
-    def feed(self, line: Line, now: float) -> list[Line]:
-        """Take the next line of the file; return the events it completes (oldest first)."""
-        out = self._feed(line, now)
-        if self._replay and self._parts and self._last_end in self._replay:
+    def _feed_replaying(self, line: Line, now: float) -> list[Line]:
+        self._replaying = False
+        out = self.feed(line, now)
+        self._replaying = bool(self._replay)
+        if self._parts and self._last_end in self._replay:
             self._replay.discard(self._last_end)
+            self._replaying = bool(self._replay)
             out.append(self._complete(0))      # the first read cut it here: it goes now, whole
         return out
 
-    def _feed(self, line: Line, now: float) -> list[Line]:
+    def feed(self, line: Line, now: float) -> list[Line]:
+        """Take the next line of the file; return the events it completes (oldest first)."""
+        if self._replaying:
+            return self._feed_replaying(line, now)
         start, end, data, flags = line
         out: list[Line] = []
         if self._parts and now - self._last_time >= self.timeout_s:
