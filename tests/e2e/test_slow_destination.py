@@ -113,3 +113,23 @@ def test_a_queue_built_during_an_outage_is_replayed_in_full_requests(tmp_path: P
     wait_until(lambda: es.count() >= n + 10, "the lines written after the replay", timeout_s=4 * LATENCY_S)
     es.assert_exactly_once(range(n + 10), bound_s=BOUND_S)
     assert d.alive, d.tail()
+
+
+def test_kill_9_while_joined_requests_are_out_loses_nothing_and_indexes_nothing_twice(tmp_path: Path, es: ES,
+                                                                                     fault_proxy: FaultProxy,
+                                                                                     daemon_factory: Any) -> None:
+    fault_proxy.latency(LATENCY_S)
+    app, d = _daemon(tmp_path, daemon_factory, fault_proxy.url, "when_behind")
+    n = RATE * 20
+    with Writer(app, rate=RATE, max_lines=n) as w:
+        def joined_and_out() -> bool:
+            assert d.alive, d.tail()
+            out = fault_proxy.requests - len(fault_proxy.history)     # arrived, not yet answered
+            return d.metric("shipper_batches_merged_total") >= 2 and out >= 1
+        wait_until(joined_and_out, "joined requests out at the destination", timeout_s=30, interval_s=0.1)
+        d.kill9()
+        d.restart()
+        wait_until(lambda: w.is_done, f"{n} lines written", timeout_s=60)
+    wait_until(lambda: es.count() >= n, lambda: f"{n} documents (have {es.count()})", timeout_s=6 * LATENCY_S + 10)
+    es.assert_exactly_once(range(n), bound_s=BOUND_S)
+    assert d.alive, d.tail()
