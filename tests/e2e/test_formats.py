@@ -8,7 +8,7 @@ costs one start; each test then checks one format's documents.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +228,39 @@ def test_multiline_event_survives_kill9_without_split_or_duplicate(tmp_path: Pat
     assert [doc["message"] for doc in docs] == ["\n".join(head + ["ValueError: bad"])]
     assert docs[0]["log"]["offset"] == 0
     es.assert_prompt(es.all_docs(), key_fn=lambda h: h["_id"], written=lambda h: completed_at)
+
+
+def test_a_late_continuation_after_a_timeout_cut_survives_kill9(tmp_path: Path, es: ES, daemon_factory: Any,
+                                                                timeline: Timeline) -> None:
+    """A group cut by its 1 s timeout and acknowledged; a continuation line written after the
+    timeout; kill -9 before the keeper wrote the checkpoint past the group (at this rate it writes
+    acked checkpoints 10 s apart; on 561318f the restart opened the file at offset 0).
+    The restart reads the group and the continuation together: they must be cut where the first
+    read cut them (joined, they would carry the group's `_id`, get a 409, and the continuation
+    would be in no document)."""
+    log = tmp_path / "logs" / "app.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cfg = write_config(tmp_path, es_url=es.url, paths=str(log.parent / "*.log"),
+                       input_extra={"format": "text", "multiline": {"start": r"^\S", "timeout": "1s"}})
+    written: dict[Hashable, float] = {}
+
+    def append(event: str) -> None:
+        with open(log, "a") as f:
+            f.write(event + "\n")
+        written[event] = timeline.now()
+
+    d = daemon_factory(cfg)
+    d.wait_ready()
+    append("W start")
+    wait_until(lambda: es.count() >= 1, "the first event")
+    append("G start\n  g continued")
+    wait_until(lambda: es.count() >= 2, "the group, cut by its timeout")
+    append("  late continuation")
+    d.restart()                        # kill -9 (within 10 s of that flush), start again
+    wait_until(lambda: es.count() >= 3, lambda: f"the late continuation's own document\n{d.tail(20)}")
+    append("Z start")                  # a later point: the restart's re-read is done once it is in
+    wait_until(lambda: es.count() >= 4, "the last event")
+    docs = _docs(es, "*")
+    assert sorted(doc["message"] for doc in docs) == sorted(map(str, written)), "each line in exactly one document"
+    es.assert_prompt(es.all_docs(), key_fn=lambda h: h["_source"]["message"], written=written,
+                     bound_s=promptness.DEFAULT_BOUND_S + 1.0)      # + the timeout, counted from the last line
