@@ -38,7 +38,7 @@ class MultilineAggregator:
     """
 
     def __init__(self, start: str, max_lines: int = 500, timeout_s: float = 1.0,
-                 max_bytes: int = 10 * 1024 * 1024) -> None:
+                 max_bytes: int = 10 * 1024 * 1024, *, records_cuts: bool = True) -> None:
         if max_lines < 1:
             raise ValueError("max_lines must be at least 1")
         self._start = re.compile(start)
@@ -60,6 +60,7 @@ class MultilineAggregator:
         self._replay: set[int] = set()  # recorded cuts: the end offsets of events completed by time
         self._replaying = False         # _replay is not empty (one test a line when it is)
         self.made_cuts: list[int] = []  # cuts this read made by time (the reader records and clears them)
+        self.records_cuts = records_cuts  # False: nobody takes them (journald: its offsets are local numbers)
 
     @property
     def pending_start(self) -> int | None:
@@ -173,7 +174,8 @@ class MultilineAggregator:
 
     def _cut(self) -> Line:
         """The held event completed by time, not by the bytes: where it ends is a cut to record."""
-        self.made_cuts.append(self._last_end)
+        if self.records_cuts:
+            self.made_cuts.append(self._last_end)
         return self._complete(0)
 
     def _complete(self, extra_flags: int) -> Line:

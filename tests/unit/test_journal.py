@@ -415,3 +415,16 @@ def test_the_status_item_spec_names() -> None:
     # queued up to 40, acknowledged up to 30: the lag counts from what is acknowledged
     row = status_entry("/j", (), cursor_text(40), cur(100), shipped_seqnum=30)
     assert (row["cursor"], row["lag_entries"], row["lag_seconds"]) == (cursor_text(40), 70, None)
+
+
+def test_the_assemblers_aggregators_keep_no_cuts() -> None:
+    """Groups cut by their entries' stamps, by time and at shutdown: nothing is kept for the file
+    input's cut records (parse/multiline.py), whose offsets an entry's local number is not."""
+    asm = JournalAssembler(MultilineConfig(start=r"^K", timeout_s=1.0))
+    asm.feed([ml_entry(i, "K head" if i % 2 == 0 else "  more", 7, t_s=i * 0.8) for i in range(40)], 0.0)
+    held = list(asm._aggs.values())
+    asm.flush_due(5.0)
+    asm.feed([ml_entry(40, "K last", 7, t_s=100.0)], 6.0)
+    held += list(asm._aggs.values())
+    asm.flush()
+    assert held and all(not agg.made_cuts for agg in held)

@@ -203,7 +203,10 @@ class JournalAssembler:
             key = (e.unit, e.pid)
             agg = self._aggs.get(key)
             if agg is None:
-                agg = MultilineAggregator(self._ml.start, self._ml.max_lines, timeout_s, self._max_bytes)
+                # no cuts recorded: an entry's number here is local to this run (issue 41's journald
+                # case, a group cut on shipper's clock re-read with its late entry, is still open)
+                agg = MultilineAggregator(self._ml.start, self._ml.max_lines, timeout_s, self._max_bytes,
+                                          records_cuts=False)
                 self._aggs[key] = agg
             realtime_s = e.realtime_us / 1e6
             if agg.pending_start is not None and realtime_s - last_realtime_s[key] >= timeout_s:
