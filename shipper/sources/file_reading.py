@@ -338,9 +338,9 @@ class FileReader:
                 files.add(ckey, self.make(found.copy_path, f.input_idx, c.fd, c.st, old, start=committed,
                                           gz=c.gz, role="copy"))
                 self.events.rotated_copy_opened(old.path, found.copy_path, old.incarnation, committed)
-        elif old.fp_len and not may_open:
-            # no slot for the copy now: the old incarnation stays unfinished at what was read, so the
-            # next rescan's look for orphans queues its copy for a slot like any other file
+        elif old.fp_len and (not may_open or found.moved):
+            # no slot for the copy now, or it kept moving (the next rotation): the old incarnation stays
+            # unfinished at what was read; the next rescan's look for orphans queues its copy
             old.offset = committed
             self.catalog.index(old)
         else:

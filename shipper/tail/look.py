@@ -16,6 +16,7 @@ from shipper.tail.harvester import GzipReader
 from shipper.tail.opening import Refused, Rule
 
 Found = tuple[identity.Kind, identity.Sibling]
+MOVED_LOOKS = 3         # looks for a copy that moves while it is looked at (logrotate's next rotation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +255,7 @@ class TruncationLook:
     new_size: int
     new_fp: tuple[int, str] | None     # None: unreadable now (grows once it reads again)
     refused: Refused | None = None     # the copy found by content, not read (opening's rule)
+    moved: bool = False                # the copy found by content kept moving: it is somewhere still
 
 
 def _owner(fd: int, cp: Checkpoint) -> int | None:
@@ -267,20 +269,38 @@ def _owner(fd: int, cp: Checkpoint) -> int | None:
 def look_after_truncation(path: str, fd: int, old: Checkpoint, committed: int, open_keys: set[Key],
                           may_open: bool) -> TruncationLook:
     """copytruncate: find the rotated copy holding the incarnation's unread range (by content),
-    open it when `may_open` (a slot is free), and fingerprint what the file holds now."""
+    open it when `may_open` (a slot is free), and fingerprint what the file holds now.
+
+    logrotate's next rotation may move the copy while it is looked for (listed as app.log.1, by
+    then app.log.2 with a new copy at app.log.1; or renamed between the look and the open): while
+    what the look saw beside the file changes, it looks again (at most MOVED_LOOKS times). `moved`:
+    a copy found but never opened at its name, or looks that never saw the same twice; the caller
+    leaves the incarnation to the next rescan's look for orphans."""
     copy: Opened | None = None
     copy_path = ""
     refused: Refused | None = None
+    moved = False
     if old.fp_len and may_open:
-        sibs = Surroundings().siblings(path)
         owner = _owner(fd, old)
-        found = identity.find_incarnation(path, old.dev, old.inode, old.fp_len, old.fp, committed, sibs,
-                                          copies_only=True, owner=owner)
-        if found is not None:
+        seen: list[tuple[str, int, int, int]] | None = None
+        for _ in range(MOVED_LOOKS):
+            sibs = Surroundings().siblings(path)
+            found = identity.find_incarnation(path, old.dev, old.inode, old.fp_len, old.fp, committed, sibs,
+                                              copies_only=True, owner=owner)
+            if found is None:
+                now = sorted((s.path, s.dev, s.inode, s.size) for s in sibs)
+                if now == seen:
+                    break           # nothing moved since the last look: there is no copy
+                seen = now
+                continue
             kind, sib = found
             skey = (sib.dev, sib.inode)
-            opened = opening.open_log(sib.path, opening.copy_rule(sib.path, owner)) \
-                if skey not in open_keys else None
+            if skey in open_keys:
+                break
+            opened = opening.open_log(sib.path, opening.copy_rule(sib.path, owner))
+            if isinstance(opened, Refused):
+                refused = opened
+                break
             if isinstance(opened, tuple) and (opened[1].st_dev, opened[1].st_ino) == skey:
                 cfd, st = opened
                 try:
@@ -289,10 +309,12 @@ def look_after_truncation(path: str, fd: int, old: Checkpoint, committed: int, o
                     os.close(cfd)
                 else:
                     copy, copy_path = Opened(cfd, st, b"", gz), sib.path
-            elif isinstance(opened, tuple):
+                break
+            if isinstance(opened, tuple):
                 os.close(opened[0])
-            elif isinstance(opened, Refused):
-                refused = opened
+            moved = True        # gone from its name, or another file there now
+        else:
+            moved = True        # still moving after MOVED_LOOKS looks: the next rescan looks again
     try:
         size = os.fstat(fd).st_size
     except OSError:
@@ -301,4 +323,4 @@ def look_after_truncation(path: str, fd: int, old: Checkpoint, committed: int, o
         fp: tuple[int, str] | None = identity.fingerprint_fd(fd, size)
     except OSError:
         fp = None
-    return TruncationLook(copy, copy_path, size, fp, refused)
+    return TruncationLook(copy, copy_path, size, fp, refused, moved)
